@@ -1,0 +1,204 @@
+"""Loading a llama-architecture GGUF file: hyper-parameters and float32 weights.
+
+Every tensor is dequantized once, at load time, with gguf-py's own dequantizers, into contiguous float32 arrays laid
+out for ``x @ W`` (input dimension first). Q, K and V are fused into one matrix and gate/up into another, so that each
+layer runs two large matmuls instead of five.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import quants
+
+SUPPORTED_ARCHITECTURES = ("llama",)
+
+# Tensor types gguf-py can dequantize and that we accept: plain floats, the legacy block quants and the K-quants.
+SUPPORTED_TENSOR_TYPES = {
+    gguf.GGMLQuantizationType[name]
+    for name in (
+        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+    )
+}
+
+
+class ModelLoadError(ValueError):
+    """The file is not a model this runtime can run; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of a llama-style decoder, as read from GGUF metadata."""
+
+    name: str
+    n_layers: int
+    hidden: int
+    ffn_hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    context_length: int
+    rope_freq_base: float
+    rms_eps: float
+    fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        if self.n_heads % self.n_kv_heads:
+            raise ModelLoadError(f"head_count {self.n_heads} is not a multiple of head_count_kv {self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ModelLoadError(f"head dimension {self.head_dim} must be even for RoPE")
+
+    @property
+    def group_size(self) -> int:
+        """Query heads sharing one KV head (grouped-query attention)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * 4
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: np.ndarray  # [hidden]; already folded into wqkv, kept for reference
+    wqkv: np.ndarray  # [hidden, (n_heads + 2 * n_kv_heads) * head_dim]
+    wo: np.ndarray  # [n_heads * head_dim, hidden]
+    ffn_norm: np.ndarray  # [hidden]; already folded into w_gate_up
+    w_gate_up: np.ndarray  # [hidden, 2 * ffn_hidden]
+    w_down: np.ndarray  # [ffn_hidden, hidden]
+
+
+@dataclass
+class ModelWeights:
+    token_embedding: np.ndarray  # [vocab, hidden]
+    layers: list[LayerWeights]
+    output_norm: np.ndarray  # [hidden]
+    output: np.ndarray  # [hidden, vocab]; the transposed embedding when tied
+    tied_output: bool = field(default=False)
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    config: ModelConfig
+    weights: ModelWeights
+    reader: gguf.GGUFReader
+
+
+def field_value(reader: gguf.GGUFReader, key: str, default=None):
+    """A metadata value as a plain Python object, or ``default`` when absent."""
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def file_fingerprint(path: Path) -> str:
+    """sha256 of the file: equal fingerprints mean byte-identical weights, so KV blocks can be shared."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def _read_config(reader: gguf.GGUFReader, path: Path, fingerprint: str) -> ModelConfig:
+    arch = field_value(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(
+            f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
+
+    def need(key: str):
+        value = field_value(reader, f"{arch}.{key}")
+        if value is None:
+            raise ModelLoadError(f"{path}: metadata key {arch}.{key} is missing")
+        return value
+
+    hidden = int(need("embedding_length"))
+    n_heads = int(need("attention.head_count"))
+    n_kv_heads = int(field_value(reader, f"{arch}.attention.head_count_kv", n_heads))
+    vocab = field_value(reader, f"{arch}.vocab_size")
+    if vocab is None:
+        vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    return ModelConfig(
+        name=str(field_value(reader, "general.name", path.stem)),
+        n_layers=int(need("block_count")),
+        hidden=hidden,
+        ffn_hidden=int(need("feed_forward_length")),
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=hidden // n_heads,
+        vocab_size=int(vocab),
+        context_length=int(need("context_length")),
+        rope_freq_base=float(field_value(reader, f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=float(field_value(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        fingerprint=fingerprint,
+    )
+
+
+def _dequantized(tensor) -> np.ndarray:
+    """A GGUF tensor as float32 in numpy's row-major shape (GGUF's dims reversed): [out, in] for matrices."""
+    if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
+        raise ModelLoadError(f"tensor {tensor.name}: type {tensor.tensor_type.name} is not supported")
+    data = quants.dequantize(tensor.data, tensor.tensor_type)
+    shape = tuple(int(d) for d in reversed(tensor.shape))
+    return np.ascontiguousarray(data.reshape(shape), dtype=np.float32)
+
+
+def load_gguf(path: str | Path) -> LoadedModel:
+    """Read and dequantize a llama-architecture GGUF file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"model file {path} does not exist")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as exc:  # gguf raises ValueError / struct errors for non-GGUF files
+        raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from exc
+    config = _read_config(reader, path, file_fingerprint(path))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def get(name: str) -> np.ndarray:
+        if name not in tensors:
+            raise ModelLoadError(f"{path}: tensor {name} is missing")
+        return _dequantized(tensors[name])
+
+    def input_major(name: str) -> np.ndarray:
+        return np.ascontiguousarray(get(name).T)  # [in, out] so activations multiply as x @ W
+
+    layers = []
+    for i in range(config.n_layers):
+        p = f"blk.{i}."
+        wqkv = np.concatenate(
+            [input_major(p + "attn_q.weight"), input_major(p + "attn_k.weight"), input_major(p + "attn_v.weight")],
+            axis=1,
+        )
+        w_gate_up = np.concatenate([input_major(p + "ffn_gate.weight"), input_major(p + "ffn_up.weight")], axis=1)
+        attn_norm, ffn_norm = get(p + "attn_norm.weight"), get(p + "ffn_norm.weight")
+        layers.append(
+            LayerWeights(
+                attn_norm=attn_norm,
+                wqkv=wqkv * attn_norm[:, None],
+                wo=input_major(p + "attn_output.weight"),
+                ffn_norm=ffn_norm,
+                w_gate_up=w_gate_up * ffn_norm[:, None],
+                w_down=input_major(p + "ffn_down.weight"),
+            )
+        )
+    embedding = get("token_embd.weight")  # [vocab, hidden]
+    tied = "output.weight" not in tensors
+    output = np.ascontiguousarray(embedding.T) if tied else input_major("output.weight")
+    weights = ModelWeights(
+        token_embedding=embedding,
+        layers=layers,
+        output_norm=get("output_norm.weight"),
+        output=output,
+        tied_output=tied,
+    )
+    return LoadedModel(path=path, config=config, weights=weights, reader=reader)

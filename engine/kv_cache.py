@@ -1,0 +1,211 @@
+"""A sequence's KV cache and its exchange format: fixed-size blocks, content-addressed by chained hashes.
+
+In memory a sequence keeps K and V per layer contiguously (``[layers, kv_heads, capacity, head_dim]``) so attention
+reads them as views without gathering. Capacity grows in whole blocks. On the wire the unit is a *block*:
+``[layers, 2, block_tokens, kv_heads, head_dim]`` float32, exactly the layout DESIGN.md fixes, so a block exported by
+prefill and imported by decode restores the same numbers bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from engine.gguf_model import ModelConfig
+
+DEFAULT_BLOCK_TOKENS = 16
+KV_DTYPE = "float32"
+
+
+def block_keys(token_ids: list[int], fingerprint: str, block_tokens: int = DEFAULT_BLOCK_TOKENS,
+               kv_dtype: str = KV_DTYPE) -> list[str]:
+    """Chained content keys of the *full* blocks of ``token_ids``.
+
+    key_i = sha256(key_{i-1} | fingerprint | dtype | block size | token ids of block i). Equal prefixes give equal
+    keys in any process, which is what makes prefix reuse across requests and services work.
+    """
+    keys: list[str] = []
+    previous = ""
+    for start in range(0, len(token_ids) - block_tokens + 1, block_tokens):
+        block = token_ids[start:start + block_tokens]
+        digest = hashlib.sha256()
+        digest.update(f"{previous}|{fingerprint}|{kv_dtype}|{block_tokens}|".encode())
+        digest.update(np.asarray(block, dtype="<u4").tobytes())
+        previous = digest.hexdigest()
+        keys.append(previous)
+    return keys
+
+
+def tail_block_key(request_id: str, token_count: int) -> str:
+    """Key of a partial last block: scoped to one request, never shared."""
+    return f"tail:{request_id}:{token_count}"
+
+
+def block_nbytes(config: ModelConfig, tokens: int) -> int:
+    return config.n_layers * 2 * tokens * config.n_kv_heads * config.head_dim * 4
+
+
+class SequenceKV:
+    """K and V of one sequence for every layer: its own arrays, or a view of one slot of a :class:`KVSlab`."""
+
+    def __init__(self, config: ModelConfig, block_tokens: int = DEFAULT_BLOCK_TOKENS, capacity: int = 0) -> None:
+        self.config = config
+        self.block_tokens = block_tokens
+        self.length = 0
+        self.slab: KVSlab | None = None
+        self.slot = -1
+        shape = (config.n_layers, config.n_kv_heads, 0, config.head_dim)
+        self.k = np.zeros(shape, dtype=np.float32)  # [layers, kv_heads, capacity, head_dim]
+        self.v = np.zeros(shape, dtype=np.float32)
+        if capacity:
+            self.reserve(capacity)
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[2]
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.length // self.block_tokens)
+
+    def reserve(self, tokens: int) -> None:
+        """Make room for ``tokens`` tokens in total, growing by at least doubling (amortized O(1) appends)."""
+        if tokens <= self.capacity:
+            return
+        if self.slab is not None:
+            if tokens <= self.slab.max_tokens:
+                self.slab.grow(tokens)
+                return
+            self.slab.remove(self, keep=True)  # too long for the shared slab: continue on private storage
+        new_cap = max(tokens, 2 * self.capacity)
+        new_cap = -(-new_cap // self.block_tokens) * self.block_tokens
+        c = self.config
+        shape = (c.n_layers, c.n_kv_heads, new_cap, c.head_dim)
+        k = np.zeros(shape, dtype=np.float32)
+        v = np.zeros(shape, dtype=np.float32)
+        k[:, :, :self.length] = self.k[:, :, :self.length]
+        v[:, :, :self.length] = self.v[:, :, :self.length]
+        self.k, self.v = k, v
+
+    def write(self, layer: int, start: int, k_new: np.ndarray, v_new: np.ndarray) -> None:
+        """Store K, V for positions start.. of one layer. k_new, v_new: [n, kv_heads, head_dim]."""
+        n = k_new.shape[0]
+        self.k[layer, :, start:start + n] = k_new.transpose(1, 0, 2)
+        self.v[layer, :, start:start + n] = v_new.transpose(1, 0, 2)
+
+    # --- exchange format ---------------------------------------------------------------------------------------
+    def export_block(self, index: int) -> bytes:
+        """Block ``index`` as bytes, [layers, 2, n, kv_heads, head_dim]; n < block_tokens only for the tail."""
+        start = index * self.block_tokens
+        end = min(start + self.block_tokens, self.length)
+        if not 0 <= start < end:
+            raise IndexError(f"block {index} is outside the {self.length} cached tokens")
+        kv = np.stack([self.k[:, :, start:end], self.v[:, :, start:end]], axis=1)  # [L, 2, kvh, n, D]
+        return np.ascontiguousarray(kv.transpose(0, 1, 3, 2, 4)).tobytes()
+
+    def append_block(self, data: bytes, tokens: int) -> None:
+        """Append one block received as bytes; validates its size against the model's shape before reading it."""
+        c = self.config
+        expected = block_nbytes(c, tokens)
+        if tokens <= 0 or tokens > self.block_tokens:
+            raise ValueError(f"block token count {tokens} is outside 1..{self.block_tokens}")
+        if self.length % self.block_tokens:
+            raise ValueError("cannot append a block after a partial block")
+        if len(data) != expected:
+            raise ValueError(f"block of {tokens} tokens must be {expected} bytes, got {len(data)}")
+        kv = np.frombuffer(data, dtype="<f4").reshape(c.n_layers, 2, tokens, c.n_kv_heads, c.head_dim)
+        if not np.isfinite(kv).all():
+            raise ValueError("block holds non-finite values")
+        self.reserve(self.length + tokens)
+        s = self.length
+        self.k[:, :, s:s + tokens] = kv[:, 0].transpose(0, 2, 1, 3)
+        self.v[:, :, s:s + tokens] = kv[:, 1].transpose(0, 2, 1, 3)
+        self.length += tokens
+
+    def truncate(self, tokens: int) -> None:
+        self.length = min(self.length, tokens)
+
+
+class KVSlab:
+    """Shared storage for the KV of a running decode batch: ``[layers, slots, kv_heads, capacity, head_dim]``.
+
+    Running sequences occupy slots 0..n-1 with no gaps (removal moves the last one into the hole), so one decode step
+    reads every sequence's K and V as a single strided view and attention becomes one batched matmul instead of a
+    Python loop over sequences. The price is padding to the longest member; sequences that outgrow ``max_tokens``
+    leave the slab for private storage and are attended to one by one.
+    """
+
+    def __init__(self, config: ModelConfig, max_slots: int, max_tokens: int = 2048,
+                 block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
+        self.config = config
+        self.max_slots = max_slots
+        self.max_tokens = -(-max_tokens // block_tokens) * block_tokens
+        self.block_tokens = block_tokens
+        self.members: list[SequenceKV] = []
+        self._allocate(max_slots, min(self.max_tokens, 8 * block_tokens))
+
+    def _allocate(self, slots: int, capacity: int) -> None:
+        c = self.config
+        shape = (c.n_layers, slots, c.n_kv_heads, capacity, c.head_dim)
+        self.k = np.zeros(shape, dtype=np.float32)
+        self.v = np.zeros(shape, dtype=np.float32)
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[3]
+
+    def can_add(self, tokens: int) -> bool:
+        return len(self.members) < self.max_slots and tokens <= self.max_tokens
+
+    def _attach(self, kv: SequenceKV, slot: int) -> None:
+        kv.slab, kv.slot = self, slot
+        kv.k, kv.v = self.k[:, slot], self.v[:, slot]
+
+    def add(self, kv: SequenceKV, tokens: int | None = None) -> None:
+        """Move ``kv`` into the next free slot, with room for ``tokens`` tokens (default: its length + 1)."""
+        if kv.slab is not None:
+            raise ValueError("sequence is already in a slab")
+        need = max(tokens or 0, kv.length + 1)
+        if not self.can_add(need):
+            raise ValueError(f"slab is full ({len(self.members)} of {self.max_slots} slots) or {need} tokens "
+                             f"exceed its {self.max_tokens}-token limit")
+        self.grow(need)
+        slot = len(self.members)
+        n = kv.length
+        self.k[:, slot, :, :n] = kv.k[:, :, :n]
+        self.v[:, slot, :, :n] = kv.v[:, :, :n]
+        self.members.append(kv)
+        self._attach(kv, slot)
+
+    def remove(self, kv: SequenceKV, keep: bool = False) -> None:
+        """Free ``kv``'s slot; with ``keep`` the sequence takes a private copy of its KV along."""
+        slot = kv.slot
+        if kv.slab is not self or self.members[slot] is not kv:
+            raise ValueError("sequence is not in this slab")
+        if keep:
+            kv.k, kv.v = kv.k.copy(), kv.v.copy()
+        else:
+            kv.k = kv.v = np.zeros((self.config.n_layers, self.config.n_kv_heads, 0, self.config.head_dim), np.float32)
+            kv.length = 0
+        kv.slab, kv.slot = None, -1
+        last = self.members.pop()
+        if last is not kv:  # keep slots dense: the last member moves into the hole
+            n = last.length
+            self.k[:, slot, :, :n] = self.k[:, last.slot, :, :n]
+            self.v[:, slot, :, :n] = self.v[:, last.slot, :, :n]
+            self.members[slot] = last
+            self._attach(last, slot)
+
+    def grow(self, tokens: int) -> None:
+        if tokens <= self.capacity:
+            return
+        new_cap = min(self.max_tokens, max(tokens, 2 * self.capacity))
+        new_cap = -(-new_cap // self.block_tokens) * self.block_tokens
+        old_k, old_v = self.k, self.v
+        self._allocate(self.max_slots, new_cap)
+        n = len(self.members)
+        self.k[:, :n, :, :old_k.shape[3]] = old_k[:, :n]
+        self.v[:, :n, :, :old_v.shape[3]] = old_v[:, :n]
+        for slot, member in enumerate(self.members):
+            self._attach(member, slot)

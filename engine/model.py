@@ -1,0 +1,202 @@
+"""The llama forward pass in numpy, float32 throughout.
+
+One ``forward`` serves both phases: prefill passes many new tokens per sequence (with whatever prefix is already in
+that sequence's cache), decode passes one. Every linear layer runs once over all tokens of all sequences of the step
+(``[N, hidden] @ W``); only attention, whose KV differs per sequence, loops over sequences.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
+from engine.kv_cache import SequenceKV
+
+F32 = np.float32
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: np.float32) -> np.ndarray:
+    """x * weight / sqrt(mean(x^2) + eps), row-wise. x: [N, hidden]. weight None: gain folded into the next matmul."""
+    inv_rms = np.einsum("nd,nd->n", x, x)[:, None]  # sum of squares per row, without a squared copy
+    inv_rms *= F32(1.0 / x.shape[-1])
+    inv_rms += eps
+    np.sqrt(inv_rms, out=inv_rms)
+    np.reciprocal(inv_rms, out=inv_rms)
+    out = x * inv_rms
+    if weight is not None:
+        out *= weight
+    return out
+
+
+def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """silu(gate) * up, computed in one scratch buffer."""
+    out = np.negative(gate)
+    np.exp(out, out=out)
+    out += F32(1.0)
+    np.divide(gate, out, out=out)
+    out *= up
+    return out
+
+
+def softmax_lastdim(scores: np.ndarray) -> np.ndarray:
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return scores
+
+
+class RotaryEmbedding:
+    """RoPE on interleaved pairs (2i, 2i+1): the convention of GGUF llama weights, whose Q/K rows are permuted for it."""
+
+    def __init__(self, head_dim: int, base: float, max_positions: int) -> None:
+        inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))  # [D/2]
+        angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)  # [T, D/2]
+        self.cos = np.cos(angles).astype(F32)
+        self.sin = np.sin(angles).astype(F32)
+
+    def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin for these positions, [N, 1, D/2]: looked up once per forward, used by every layer."""
+        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+
+    @staticmethod
+    def apply(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """x: [N, heads, D] -> rotated copy."""
+        n, heads, dim = x.shape
+        pairs = x.reshape(n, heads, dim // 2, 2)
+        even, odd = pairs[..., 0], pairs[..., 1]  # [N, heads, D/2]
+        out = np.empty_like(pairs)
+        out[..., 0] = even * cos - odd * sin
+        out[..., 1] = even * sin + odd * cos
+        return out.reshape(n, heads, dim)
+
+
+class LlamaModel:
+    """A llama decoder over dequantized float32 weights."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.config: ModelConfig = loaded.config
+        self.weights: ModelWeights = loaded.weights
+        c = self.config
+        self.rope = RotaryEmbedding(c.head_dim, c.rope_freq_base, c.context_length)
+        self.eps = F32(c.rms_eps)
+        self.scale = F32(1.0 / np.sqrt(c.head_dim))
+
+    def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
+        return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
+
+    # --- entry points the services call ------------------------------------------------------------------------
+    def prefill(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
+        """Run each sequence's new tokens after whatever prefix its cache already holds.
+
+        Returns the logits of each sequence's last new token, [n_sequences, vocab]. The caches are extended.
+        """
+        if len(caches) != len(new_tokens) or any(len(t) == 0 for t in new_tokens):
+            raise ValueError("prefill needs one non-empty token list per cache")
+        return self.forward(caches, new_tokens)
+
+    def decode_step(self, caches: list[SequenceKV], tokens: list[int]) -> np.ndarray:
+        """One new token per running sequence; returns logits [batch, vocab]."""
+        return self.forward(caches, [[t] for t in tokens])
+
+    # --- the forward pass --------------------------------------------------------------------------------------
+    def forward(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
+        c, w = self.config, self.weights
+        counts = [len(t) for t in new_tokens]
+        starts = [kv.length for kv in caches]
+        for kv, start, n in zip(caches, starts, counts):
+            if start + n > c.context_length:
+                raise ValueError(f"sequence of {start + n} tokens exceeds the context length {c.context_length}")
+            kv.reserve(start + n)
+        flat = np.fromiter((t for seq in new_tokens for t in seq), dtype=np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= c.vocab_size):
+            raise ValueError(f"token id outside 0..{c.vocab_size - 1}")
+        positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])
+        offsets = np.cumsum([0] + counts)
+
+        # decode rows whose KV lives in a shared slab attend in one batched matmul; the rest one by one
+        slab = caches[0].slab if caches else None
+        batched = [i for i, kv in enumerate(caches) if slab is not None and kv.slab is slab and counts[i] == 1]
+        in_slab = set(batched)
+        single = [i for i in range(len(caches)) if i not in in_slab]
+        if batched:
+            rows = offsets[batched]  # one row per batched sequence
+            slots = np.array([caches[i].slot for i in batched])
+            lengths = np.array([starts[i] + 1 for i in batched])
+            dense = bool(np.array_equal(slots, np.arange(len(slots))))
+        all_batched = len(batched) == len(caches)
+
+        x = w.token_embedding[flat]  # [N, hidden] (a fresh copy: updated in place below)
+        q_width = c.n_heads * c.head_dim
+        kv_width = c.n_kv_heads * c.head_dim
+        heads_qk = c.n_heads + c.n_kv_heads
+        cos, sin = self.rope.tables(positions)
+        for layer, lw in enumerate(w.layers):
+            # attention block
+            h = rms_norm(x, None, self.eps)  # attn_norm gain is folded into wqkv
+            qkv = h @ lw.wqkv  # [N, q_width + 2 * kv_width]
+            # RoPE on Q and K heads together: [N, H + KVH, D]
+            qk = RotaryEmbedding.apply(qkv[:, :q_width + kv_width].reshape(-1, heads_qk, c.head_dim), cos, sin)
+            q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]  # [N, H, D], [N, KVH, D]
+            v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
+            if all_batched:  # pure decode step over the slab: no scatter/gather of rows
+                slab.k[layer, slots, :, lengths - 1] = k
+                slab.v[layer, slots, :, lengths - 1] = v
+                attn = self._attend_slab(q, slab, layer, slots, lengths, dense)
+            else:
+                attn = np.empty((flat.size, q_width), dtype=F32)
+            if batched and not all_batched:
+                slab.k[layer, slots, :, lengths - 1] = k[rows]
+                slab.v[layer, slots, :, lengths - 1] = v[rows]
+                attn[rows] = self._attend_slab(q[rows], slab, layer, slots, lengths, dense)
+            for i in single:
+                lo, hi = offsets[i], offsets[i + 1]
+                caches[i].write(layer, starts[i], k[lo:hi], v[lo:hi])
+                attn[lo:hi] = self._attend(q[lo:hi], caches[i], layer, starts[i])
+            x += attn @ lw.wo
+            # feed-forward block (SwiGLU)
+            h = rms_norm(x, None, self.eps)  # ffn_norm gain is folded into w_gate_up
+            gate_up = h @ lw.w_gate_up  # [N, 2 * ffn]
+            x += silu_mul(gate_up[:, :c.ffn_hidden], gate_up[:, c.ffn_hidden:]) @ lw.w_down
+        for kv, n in zip(caches, counts):
+            kv.length += n
+        last = x[offsets[1:] - 1]  # [n_sequences, hidden]
+        return rms_norm(last, w.output_norm, self.eps) @ w.output  # [n_sequences, vocab]
+
+    def _attend(self, q: np.ndarray, kv: SequenceKV, layer: int, start: int) -> np.ndarray:
+        """Causal grouped-query attention of n new queries over start + n cached positions. q: [n, H, D]."""
+        c = self.config
+        n = q.shape[0]
+        total = start + n
+        keys = kv.k[layer, :, :total]  # [KVH, T, D]
+        values = kv.v[layer, :, :total]
+        g = c.group_size
+        qg = q.reshape(n, c.n_kv_heads, g, c.head_dim).transpose(1, 2, 0, 3)  # [KVH, g, n, D]
+        qg = qg.reshape(c.n_kv_heads, g * n, c.head_dim) * self.scale
+        scores = qg @ keys.transpose(0, 2, 1)  # [KVH, g*n, T]
+        if n > 1:
+            query_pos = start + np.arange(n)
+            future = np.arange(total)[None, :] > query_pos[:, None]  # [n, T]
+            scores = scores.reshape(c.n_kv_heads, g, n, total)
+            scores[:, :, future] = -np.inf
+            scores = scores.reshape(c.n_kv_heads, g * n, total)
+        probs = softmax_lastdim(scores)
+        out = probs @ values  # [KVH, g*n, D]
+        return out.reshape(c.n_kv_heads, g, n, c.head_dim).transpose(2, 0, 1, 3).reshape(n, -1)
+
+    def _attend_slab(self, q: np.ndarray, slab, layer: int, slots: np.ndarray, lengths: np.ndarray,
+                     dense: bool) -> np.ndarray:
+        """One query per sequence over its slab slot, all sequences in one batched matmul. q: [B, H, D]."""
+        c = self.config
+        b = q.shape[0]
+        total = int(lengths.max())
+        if dense:  # slots 0..B-1 in order: a strided view, no copy
+            keys, values = slab.k[layer, :b, :, :total], slab.v[layer, :b, :, :total]  # [B, KVH, T, D]
+        else:
+            keys, values = slab.k[layer, slots, :, :total], slab.v[layer, slots, :, :total]
+        qg = q.reshape(b, c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D], pre-scaled
+        scores = qg @ keys.transpose(0, 1, 3, 2)  # [B, KVH, g, T]
+        padding = np.arange(total)[None, :] >= lengths[:, None]  # [B, T]: positions past each sequence's end
+        if padding.any():
+            scores = np.where(padding[:, None, None, :], -np.inf, scores).astype(F32, copy=False)
+        probs = softmax_lastdim(scores)
+        return (probs @ values).reshape(b, -1)  # [B, KVH, g, D] -> [B, H*D]

@@ -1,0 +1,88 @@
+"""Per-request generation parameters and their validation.
+
+Validation raises :class:`InvalidParameter` naming the field and the limit; the router turns it into
+INVALID_ARGUMENT. Defaults follow vLLM's SamplingParams where one exists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_CHARS = 256
+MAX_STOP_TOKEN_IDS = 64
+
+
+class InvalidParameter(ValueError):
+    """A request field is out of range; ``field`` names it."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 256
+    min_tokens: int = 0
+    temperature: float = 1.0
+    top_k: int = 0  # 0 or -1: no top-k
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    # Finish with reason "repetition" when the output ends in the same loop of 1..repetition_max_period tokens
+    # repeated more than repetition_max_repeats times in a row. 0 turns the check off.
+    repetition_max_repeats: int = 0
+    repetition_max_period: int = 32
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self, vocab_size: int | None = None) -> "SamplingParams":
+        def check(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                raise InvalidParameter(name, message)
+
+        def finite(name: str) -> float:
+            value = getattr(self, name)
+            check(isinstance(value, (int, float)) and math.isfinite(value), name, f"must be a finite number, got {value!r}")
+            return float(value)
+
+        check(isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens",
+              f"must be at least 1, got {self.max_tokens}")
+        check(0 <= self.min_tokens <= self.max_tokens, "min_tokens",
+              f"must be in 0..max_tokens ({self.max_tokens}), got {self.min_tokens}")
+        check(0.0 <= finite("temperature") <= 100.0, "temperature", f"must be in [0, 100], got {self.temperature}")
+        check(self.top_k == -1 or self.top_k >= 0, "top_k", f"must be -1, 0 (off) or positive, got {self.top_k}")
+        check(0.0 < finite("top_p") <= 1.0, "top_p", f"must be in (0, 1], got {self.top_p}")
+        check(0.0 <= finite("min_p") <= 1.0, "min_p", f"must be in [0, 1], got {self.min_p}")
+        check(0.0 < finite("repetition_penalty") <= 10.0, "repetition_penalty",
+              f"must be in (0, 10], got {self.repetition_penalty}")
+        check(-2.0 <= finite("presence_penalty") <= 2.0, "presence_penalty",
+              f"must be in [-2, 2], got {self.presence_penalty}")
+        check(-2.0 <= finite("frequency_penalty") <= 2.0, "frequency_penalty",
+              f"must be in [-2, 2], got {self.frequency_penalty}")
+        check(self.seed is None or 0 <= self.seed < 2**63, "seed", f"must be in [0, 2^63), got {self.seed}")
+        check(len(self.stop) <= MAX_STOP_STRINGS, "stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
+        for s in self.stop:
+            check(0 < len(s) <= MAX_STOP_STRING_CHARS, "stop",
+                  f"each stop string must have 1..{MAX_STOP_STRING_CHARS} characters, got {len(s)}")
+        check(len(self.stop_token_ids) <= MAX_STOP_TOKEN_IDS, "stop_token_ids",
+              f"at most {MAX_STOP_TOKEN_IDS} ids, got {len(self.stop_token_ids)}")
+        if vocab_size is not None:
+            for t in self.stop_token_ids:
+                check(0 <= t < vocab_size, "stop_token_ids", f"id {t} is outside 0..{vocab_size - 1}")
+        check(0 <= self.repetition_max_repeats <= 1000, "repetition_max_repeats",
+              f"must be in 0..1000, got {self.repetition_max_repeats}")
+        check(1 <= self.repetition_max_period <= 256, "repetition_max_period",
+              f"must be in 1..256, got {self.repetition_max_period}")
+        return self

@@ -1,0 +1,70 @@
+"""Turning one sequence's logits into its next token: penalties, temperature, top-k, top-p, min-p, seeded RNG."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.params import SamplingParams
+
+
+class Sampler:
+    """Sampling state of one sequence (its RNG and the counts the penalties need)."""
+
+    def __init__(self, params: SamplingParams, vocab_size: int, prompt_ids: list[int],
+                 eos_ids: frozenset[int] = frozenset()) -> None:
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+        self.output_counts = np.zeros(vocab_size, dtype=np.int32)
+        self.prompt_mask = np.zeros(vocab_size, dtype=bool)
+        self.prompt_mask[np.asarray(prompt_ids, dtype=np.int64)] = True
+        # ids that min_tokens keeps from being sampled too early
+        gated = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_ids))
+        self.min_tokens_gated = np.asarray(sorted(gated), dtype=np.int64)
+        self.generated = 0
+        self._uses_penalties = (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0
+                                or params.frequency_penalty != 0.0)
+
+    def sample(self, logits: np.ndarray) -> int:
+        """Pick the next token from logits [vocab] (float32) and record it."""
+        p = self.params
+        needs_copy = self._uses_penalties or (self.generated < p.min_tokens and self.min_tokens_gated.size)
+        if needs_copy:
+            logits = logits.copy()
+        if self._uses_penalties:
+            self._apply_penalties(logits)
+        if self.generated < p.min_tokens and self.min_tokens_gated.size:
+            logits[self.min_tokens_gated] = -np.inf
+        token = int(np.argmax(logits)) if p.greedy else self._draw(logits)
+        self.output_counts[token] += 1
+        self.generated += 1
+        return token
+
+    def _apply_penalties(self, logits: np.ndarray) -> None:
+        p = self.params
+        if p.repetition_penalty != 1.0:
+            seen = self.prompt_mask | (self.output_counts > 0)
+            penalty = np.float32(p.repetition_penalty)
+            logits[seen] = np.where(logits[seen] > 0, logits[seen] / penalty, logits[seen] * penalty)
+        if p.frequency_penalty:
+            logits -= np.float32(p.frequency_penalty) * self.output_counts.astype(np.float32)
+        if p.presence_penalty:
+            logits -= np.float32(p.presence_penalty) * (self.output_counts > 0).astype(np.float32)
+
+    def _draw(self, logits: np.ndarray) -> int:
+        p = self.params
+        scaled = logits.astype(np.float64) / p.temperature
+        if p.top_k > 0 and p.top_k < scaled.size:
+            candidates = np.argpartition(scaled, -p.top_k)[-p.top_k:]
+        else:
+            candidates = np.flatnonzero(np.isfinite(scaled))
+        order = candidates[np.argsort(-scaled[candidates], kind="stable")]  # best first
+        probs = np.exp(scaled[order] - scaled[order[0]])
+        probs /= probs.sum()
+        keep = probs.size
+        if p.top_p < 1.0:
+            # smallest prefix whose mass reaches top_p (the top token always stays)
+            keep = min(keep, int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1)
+        if p.min_p > 0.0:
+            keep = min(keep, int(np.count_nonzero(probs >= p.min_p * probs[0])))
+        probs = probs[:keep] / probs[:keep].sum()
+        return int(order[self.rng.choice(keep, p=probs)])

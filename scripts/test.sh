@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Quickstart command 2: set up, then run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.default_model import default_model_path
+from engine.runtime import Runtime
+from tests.tiny_model import write_tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_runtime(tiny_model_path) -> Runtime:
+    return Runtime.load(tiny_model_path)
+
+
+@pytest.fixture(scope="session")
+def real_model_path() -> Path:
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def real_runtime(real_model_path) -> Runtime:
+    return Runtime.load(real_model_path)
