@@ -152,8 +152,8 @@ def _dequantized(tensor) -> np.ndarray:
     return np.ascontiguousarray(data.reshape(shape), dtype=np.float32)
 
 
-def load_gguf(path: str | Path) -> LoadedModel:
-    """Read and dequantize a llama-architecture GGUF file."""
+def read_metadata(path: str | Path) -> tuple[gguf.GGUFReader, ModelConfig]:
+    """The file's reader and hyper-parameters, without touching tensor data (what the router needs)."""
     path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"model file {path} does not exist")
@@ -161,7 +161,13 @@ def load_gguf(path: str | Path) -> LoadedModel:
         reader = gguf.GGUFReader(path)
     except Exception as exc:  # gguf raises ValueError / struct errors for non-GGUF files
         raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from exc
-    config = _read_config(reader, path, file_fingerprint(path))
+    return reader, _read_config(reader, path, file_fingerprint(path))
+
+
+def load_gguf(path: str | Path) -> LoadedModel:
+    """Read and dequantize a llama-architecture GGUF file."""
+    path = Path(path)
+    reader, config = read_metadata(path)
     tensors = {t.name: t for t in reader.tensors}
 
     def get(name: str) -> np.ndarray:

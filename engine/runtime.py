@@ -72,6 +72,12 @@ class Runtime:
                 results.append(None)
         return results
 
+    def recompute(self, seqs: list[Sequence]) -> None:
+        """Rebuild the KV of preempted sequences: every token but the last sampled one, which decode feeds next."""
+        for seq in seqs:
+            seq.kv.truncate(0)
+        self.model.prefill([s.kv for s in seqs], [s.all_ids[:-1] for s in seqs])
+
     def decode_step(self, seqs: list[Sequence]) -> list[StepResult]:
         """One token for every running sequence, in one batched forward (results in the order given)."""
         order = sorted(range(len(seqs)), key=lambda i: (seqs[i].kv.slab is None, seqs[i].kv.slot))

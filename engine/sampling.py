@@ -13,7 +13,7 @@ class Sampler:
     def __init__(self, params: SamplingParams, vocab_size: int, prompt_ids: list[int],
                  eos_ids: frozenset[int] = frozenset()) -> None:
         self.params = params
-        self.rng = np.random.default_rng(params.seed)
+        self.rng = np.random.default_rng()  # unseeded requests
         self.output_counts = np.zeros(vocab_size, dtype=np.int32)
         self.prompt_mask = np.zeros(vocab_size, dtype=bool)
         self.prompt_mask[np.asarray(prompt_ids, dtype=np.int64)] = True
@@ -35,9 +35,20 @@ class Sampler:
         if self.generated < p.min_tokens and self.min_tokens_gated.size:
             logits[self.min_tokens_gated] = -np.inf
         token = int(np.argmax(logits)) if p.greedy else self._draw(logits)
+        self.record(token)
+        return token
+
+    def record(self, token: int) -> None:
+        """Count a token of this sequence's output (also one sampled in another process, e.g. by prefill)."""
         self.output_counts[token] += 1
         self.generated += 1
-        return token
+
+    def _generator(self) -> np.random.Generator:
+        """Seeded: a generator derived from (seed, position), so the token at position i is the same whether one
+        process samples the whole sequence or prefill samples the first token and decode the rest."""
+        if self.params.seed is None:
+            return self.rng
+        return np.random.default_rng([self.params.seed, self.generated])
 
     def _apply_penalties(self, logits: np.ndarray) -> None:
         p = self.params
@@ -67,4 +78,4 @@ class Sampler:
         if p.min_p > 0.0:
             keep = min(keep, int(np.count_nonzero(probs >= p.min_p * probs[0])))
         probs = probs[:keep] / probs[:keep].sum()
-        return int(order[self.rng.choice(keep, p=probs)])
+        return int(order[self._generator().choice(keep, p=probs)])

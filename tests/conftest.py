@@ -27,3 +27,23 @@ def real_model_path() -> Path:
 @pytest.fixture(scope="session")
 def real_runtime(real_model_path) -> Runtime:
     return Runtime.load(real_model_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_long_model_path(tmp_path_factory) -> Path:
+    """The tiny model with a 4096-token context, for long generations."""
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-long.gguf", context=4096)
+
+
+def start_stack(**spec_kwargs):
+    from client.launcher import Stack, StackSpec
+
+    return Stack(StackSpec(**spec_kwargs)).start()
+
+
+@pytest.fixture(scope="module")
+def tiny_stack(tiny_model_path):
+    """kvstore + 1 prefill + 1 decode + router on the tiny model, with fault injection on."""
+    stack = start_stack(model=str(tiny_model_path), fault_injection=True)
+    yield stack
+    stack.stop()

@@ -1,0 +1,190 @@
+"""Starts a whole pdserve stack as separate processes on loopback: ``pdserve up``, the demo, the tests, the benchmarks.
+
+Each service runs as ``python -m <service>`` with its own flags. ``Stack.start()`` returns once every process
+answers grpc.health.v1 with SERVING; ``Stack.stop()`` sends SIGTERM, waits, and kills what is left: no orphans.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class StackSpec:
+    model: str | None = None
+    n_prefill: int = 1
+    n_decode: int = 1
+    n_kvstore: int = 1
+    colocated: bool = False
+    policy: str = "cache_aware"
+    host: str = "127.0.0.1"
+    router_port: int = 0  # 0: a free port
+    kv_capacity_mb: float = 2048.0
+    kv_blocks: int = 4096
+    metrics: bool = False
+    fault_injection: bool = False
+    extra: dict[str, list[str]] = field(default_factory=dict)  # service -> extra flags
+    threads_per_worker: int | None = None  # BLAS threads per model worker (default: cores / workers)
+
+
+@dataclass
+class Process:
+    name: str
+    module: str
+    port: int
+    args: list[str]
+    metrics_port: int = 0
+    popen: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class Stack:
+    def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False) -> None:
+        self.spec = spec
+        self.inherit_output = inherit_output
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdserve-logs-"))
+        self.processes: list[Process] = []
+        self._plan()
+
+    # --- planning ---------------------------------------------------------------------------------------------------
+    def _proc(self, name: str, module: str, args: list[str], port: int = 0) -> Process:
+        port = port or free_port(self.spec.host)
+        metrics_port = free_port(self.spec.host) if self.spec.metrics else 0
+        p = Process(name, module, port, args + ["--port", str(port), "--host", self.spec.host,
+                                               "--metrics-port", str(metrics_port)], metrics_port)
+        self.processes.append(p)
+        return p
+
+    def _plan(self) -> None:
+        s = self.spec
+        model = ["--model", s.model] if s.model else []
+        kvstores = []
+        if not s.colocated:
+            for i in range(s.n_kvstore):
+                args = ["--capacity-mb", str(s.kv_capacity_mb)] + (["--enable-fault-injection"] if s.fault_injection
+                                                                   else [])
+                kvstores.append(self._proc(f"kvstore-{i}", "kvstore", args + s.extra.get("kvstore", [])))
+        kv_flag = ["--kvstore", ",".join(p.target for p in kvstores)]
+        self.kvstores = kvstores
+        self.prefills = [] if s.colocated else [
+            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + s.extra.get("prefill", []))
+            for i in range(s.n_prefill)]
+        self.decodes = [
+            self._proc(f"decode-{i}", "decode_server",
+                       model + kv_flag + ["--kv-blocks", str(s.kv_blocks)] + s.extra.get("decode", []))
+            for i in range(s.n_decode)]
+        self.router: Process | None = None
+        if self.decodes:  # a stack without workers is just kvstores (for tests of the store alone)
+            router_args = model + kv_flag + ["--decode", ",".join(p.target for p in self.decodes),
+                                             "--prefill", ",".join(p.target for p in self.prefills),
+                                             "--policy", s.policy] + (["--colocated"] if s.colocated else [])
+            self.router = self._proc("router", "router", router_args + s.extra.get("router", []), s.router_port)
+
+    # --- running ----------------------------------------------------------------------------------------------------
+    @property
+    def router_target(self) -> str:
+        return self.router.target
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        workers = len(self.prefills) + len(self.decodes)
+        threads = self.spec.threads_per_worker or max(1, (os.cpu_count() or 1) // max(1, workers))
+        env.setdefault("OPENBLAS_NUM_THREADS", str(threads))
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self, timeout_s: float = 120.0) -> "Stack":
+        """Start in dependency order (kvstores, workers, router), each stage SERVING before the next starts."""
+        env = self._env()
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        deadline = time.monotonic() + timeout_s
+        try:
+            for stage in self._stages():
+                for p in stage:
+                    if self.inherit_output:
+                        out = None
+                    else:
+                        p.log_path = self.log_dir / f"{p.name}.log"
+                        out = open(p.log_path, "w")
+                    p.popen = subprocess.Popen([sys.executable, "-m", p.module, *p.args], env=env, stdout=out,
+                                               stderr=subprocess.STDOUT if out else None, cwd=root)
+                self.wait_ready(stage, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _stages(self) -> list[list[Process]]:
+        return [self.kvstores, self.prefills + self.decodes, [self.router] if self.router else []]
+
+    def wait_ready(self, processes: list[Process], deadline: float) -> None:
+        for p in processes:
+            with grpc.insecure_channel(p.target) as ch:
+                stub = health_pb2_grpc.HealthStub(ch)
+                while True:
+                    if p.popen.poll() is not None:
+                        raise RuntimeError(f"{p.name} exited with code {p.popen.returncode}:\n{self.log_tail(p)}")
+                    try:
+                        status = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0).status
+                        if status == health_pb2.HealthCheckResponse.SERVING:
+                            break
+                    except grpc.RpcError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{p.name} did not become SERVING in time:\n{self.log_tail(p)}")
+                    time.sleep(0.1)
+
+    def log_tail(self, p: Process, lines: int = 30) -> str:
+        if p.log_path is None or not p.log_path.exists():
+            return ""
+        return "\n".join(p.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM in stages (router, then workers, then kvstores) so nothing talks to a stopped peer; kill leftovers."""
+        for stage in reversed(self._stages()):
+            running = [p for p in stage if p.popen is not None and p.popen.poll() is None]
+            for p in running:
+                p.popen.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            for p in running:
+                try:
+                    p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.popen.kill()
+                    p.popen.wait()
+
+    def describe(self) -> str:
+        lines = []
+        for p in self.processes:
+            metrics = f"  metrics http://127.0.0.1:{p.metrics_port}/metrics" if p.metrics_port else ""
+            lines.append(f"{p.name:<12} {p.target}{metrics}")
+        return "\n".join(lines)
+
+    def __enter__(self) -> "Stack":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

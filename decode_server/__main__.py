@@ -1,0 +1,3 @@
+from decode_server.server import main
+
+main()

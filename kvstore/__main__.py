@@ -1,0 +1,3 @@
+from kvstore.server import main
+
+main()

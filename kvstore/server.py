@@ -1,0 +1,203 @@
+"""The KVStore gRPC service over a BlockStore."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from prometheus_client import Counter, Gauge
+
+from common.server import serve, setup_logging
+from common.config import service_parser
+from kvstore.wire import chunks_of
+from kvstore.store import MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
+from protos import kvstore_pb2, kvstore_pb2_grpc
+
+log = logging.getLogger("pdserve.kvstore")
+
+MAX_KEY_CHARS = 256
+MAX_BLOCK_BYTES = 512 << 20
+MAX_KEYS_PER_CALL = 65536
+
+BYTES_USED = Gauge("pdserve_kvstore_bytes_used_bytes", "Bytes of KV blocks held")
+CAPACITY = Gauge("pdserve_kvstore_capacity_bytes", "Byte budget of this kvstore")
+BLOCKS = Gauge("pdserve_kvstore_blocks", "Blocks held")
+LEASED = Gauge("pdserve_kvstore_leased_blocks", "Blocks held by at least one lease")
+EVICTIONS = Counter("pdserve_kvstore_evictions_total", "Blocks evicted (least recently used, unleased)")
+CHECKSUM_FAILURES = Counter("pdserve_kvstore_checksum_failures_total", "Blocks whose bytes failed their checksum")
+PUT_BYTES = Counter("pdserve_kvstore_put_bytes_total", "Bytes received in Put")
+GET_BYTES = Counter("pdserve_kvstore_get_bytes_total", "Bytes served by Get")
+
+
+class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
+    def __init__(self, store: BlockStore, enable_fault_injection: bool = False) -> None:
+        self.store = store
+        self.enable_fault_injection = enable_fault_injection
+        self._evictions_counted = 0
+        CAPACITY.set(store.capacity_bytes)
+
+    def _update_gauges(self) -> None:
+        EVICTIONS.inc(self.store.evictions - self._evictions_counted)
+        self._evictions_counted = self.store.evictions
+        BYTES_USED.set(self.store.bytes_used)
+        BLOCKS.set(len(self.store.blocks))
+        LEASED.set(self.store.leased_blocks)
+
+    @staticmethod
+    async def _check_keys(keys, context) -> list[str]:
+        keys = list(keys)
+        if len(keys) > MAX_KEYS_PER_CALL:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"keys: at most {MAX_KEYS_PER_CALL} per call")
+        for key in keys:
+            if not key or len(key) > MAX_KEY_CHARS:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"keys: each key must have 1..{MAX_KEY_CHARS} characters")
+        return keys
+
+    @staticmethod
+    async def _check_ttl(ttl: float, context, required: bool) -> float:
+        if (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
+        return ttl
+
+    async def Put(self, request_iterator, context):
+        stored = duplicates = 0
+        lease_id, ttl = "", 0.0
+        header, parts, received = None, [], 0
+
+        async def finish_block() -> None:
+            nonlocal stored, duplicates, header, parts, received
+            if received != header.nbytes:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"data: block {header.key} got {received} of {header.nbytes} bytes")
+            try:
+                new = self.store.put(header.key, header.token_count, b"".join(parts), header.crc32, lease_id, ttl)
+            except ChecksumMismatch as exc:
+                CHECKSUM_FAILURES.inc()
+                await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+            except StoreFull as exc:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            stored += new
+            duplicates += not new
+            PUT_BYTES.inc(received)
+            header, parts, received = None, [], 0
+
+        first = True
+        async for chunk in request_iterator:
+            if first:
+                lease_id, first = chunk.lease_id, False
+                ttl = await self._check_ttl(chunk.lease_ttl_s, context, required=bool(lease_id))
+            if chunk.HasField("header"):
+                if header is not None:
+                    await finish_block()
+                h = chunk.header
+                await self._check_keys([h.key], context)
+                if not 1 <= h.token_count <= 1 << 20:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"header.token_count: must be at least 1, got {h.token_count}")
+                if not 0 < h.nbytes <= MAX_BLOCK_BYTES:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"header.nbytes: must be in 1..{MAX_BLOCK_BYTES}, got {h.nbytes}")
+                header = h
+            elif chunk.HasField("data"):
+                if header is None:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "data: sent before any header")
+                received += len(chunk.data)
+                if received > header.nbytes:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"data: block {header.key} exceeds its declared {header.nbytes} bytes")
+                parts.append(chunk.data)
+        if header is not None:
+            await finish_block()
+        self._update_gauges()
+        return kvstore_pb2.PutReply(stored=stored, duplicates=duplicates)
+
+    async def Get(self, request, context):
+        keys = await self._check_keys(request.keys, context)
+        blocks = []
+        for key in keys:  # resolve (and verify) every block before streaming any
+            try:
+                blocks.append(self.store.get(key))
+            except UnknownBlock:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} is not stored")
+            except ChecksumMismatch as exc:
+                CHECKSUM_FAILURES.inc()
+                self._update_gauges()
+                await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+        for block in blocks:
+            header = kvstore_pb2.BlockHeader(key=block.key, token_count=block.token_count, nbytes=len(block.data),
+                                             crc32=block.crc32)
+            for message in chunks_of(header, block.data, kvstore_pb2.GetChunk):
+                yield message
+            GET_BYTES.inc(len(block.data))
+
+    async def Lookup(self, request, context):
+        keys = await self._check_keys(request.keys, context)
+        return kvstore_pb2.LookupReply(present_prefix=self.store.present_prefix(keys))
+
+    async def Acquire(self, request, context):
+        keys = await self._check_keys(request.keys, context)
+        if not request.lease_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
+        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
+        n = self.store.acquire(keys, request.lease_id, ttl)
+        self._update_gauges()
+        return kvstore_pb2.LookupReply(present_prefix=n)
+
+    async def Renew(self, request, context):
+        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
+        return kvstore_pb2.LeaseReply(blocks=self.store.renew(request.lease_id, ttl))
+
+    async def Release(self, request, context):
+        n = self.store.release(request.lease_id)
+        self._update_gauges()
+        return kvstore_pb2.LeaseReply(blocks=n)
+
+    async def Stats(self, request, context):
+        s = self.store
+        s.expire_leases()
+        self._update_gauges()
+        return kvstore_pb2.StatsReply(blocks=len(s.blocks), bytes_used=s.bytes_used, capacity_bytes=s.capacity_bytes,
+                                      leased_blocks=s.leased_blocks, leases=len(s.leases), evictions=s.evictions,
+                                      checksum_failures=s.checksum_failures)
+
+    async def Corrupt(self, request, context):
+        if not self.enable_fault_injection:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                "fault injection is off (start the kvstore with --enable-fault-injection)")
+        try:
+            self.store.corrupt(request.key)
+        except UnknownBlock:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"key: block {request.key} is not stored")
+        return kvstore_pb2.CorruptReply()
+
+    async def expire_loop(self, period_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            if self.store.expire_leases():
+                self._update_gauges()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = service_parser("kvstore", 50051)
+    parser.add_argument("--capacity-mb", type=float, default=2048.0, help="byte budget for blocks, in MiB")
+    parser.add_argument("--enable-fault-injection", action="store_true",
+                        help="allow the Corrupt RPC (tests only)")
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    service = KVStoreService(BlockStore(int(args.capacity_mb * (1 << 20))), args.enable_fault_injection)
+
+    def register(server):
+        kvstore_pb2_grpc.add_KVStoreServicer_to_server(service, server)
+        return [kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name]
+
+    async def run() -> None:
+        expiry = asyncio.create_task(service.expire_loop())
+        try:
+            await serve("kvstore", args.port, register, args.metrics_port, args.host)
+        finally:
+            expiry.cancel()
+
+    asyncio.run(run())

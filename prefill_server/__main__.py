@@ -1,0 +1,3 @@
+from prefill_server.server import main
+
+main()

@@ -1,0 +1,125 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_tokens", "min_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "repetition_max_repeats", "repetition_max_period")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    MIN_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STOP_STR_IN_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_MAX_REPEATS_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_MAX_PERIOD_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    min_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    seed: int
+    repetition_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    ignore_eos: bool
+    include_stop_str_in_output: bool
+    repetition_max_repeats: int
+    repetition_max_period: int
+    def __init__(self, max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., seed: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., include_stop_str_in_output: _Optional[bool] = ..., repetition_max_repeats: _Optional[int] = ..., repetition_max_period: _Optional[int] = ...) -> None: ...
+
+class KVHandle(_message.Message):
+    __slots__ = ("block_keys", "token_count", "block_tokens", "lease_id", "lease_ttl_s", "model_fingerprint")
+    BLOCK_KEYS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    block_keys: _containers.RepeatedScalarFieldContainer[str]
+    token_count: int
+    block_tokens: int
+    lease_id: str
+    lease_ttl_s: float
+    model_fingerprint: str
+    def __init__(self, block_keys: _Optional[_Iterable[str]] = ..., token_count: _Optional[int] = ..., block_tokens: _Optional[int] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ..., model_fingerprint: _Optional[str] = ...) -> None: ...
+
+class TokenStep(_message.Message):
+    __slots__ = ("token_ids", "text", "finish_reason", "stop_reason")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    finish_reason: str
+    stop_reason: str
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class Timings(_message.Message):
+    __slots__ = ("queue_wall_s", "ttft_wall_s", "tpot_wall_s", "e2e_wall_s", "kv_handoff_wall_s", "queue_modeled_s", "ttft_modeled_s", "tpot_modeled_s", "e2e_modeled_s", "kv_transfer_modeled_s")
+    QUEUE_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    TTFT_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    TPOT_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    E2E_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    KV_HANDOFF_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_MODELED_S_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MODELED_S_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MODELED_S_FIELD_NUMBER: _ClassVar[int]
+    E2E_MODELED_S_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_MODELED_S_FIELD_NUMBER: _ClassVar[int]
+    queue_wall_s: float
+    ttft_wall_s: float
+    tpot_wall_s: float
+    e2e_wall_s: float
+    kv_handoff_wall_s: float
+    queue_modeled_s: float
+    ttft_modeled_s: float
+    tpot_modeled_s: float
+    e2e_modeled_s: float
+    kv_transfer_modeled_s: float
+    def __init__(self, queue_wall_s: _Optional[float] = ..., ttft_wall_s: _Optional[float] = ..., tpot_wall_s: _Optional[float] = ..., e2e_wall_s: _Optional[float] = ..., kv_handoff_wall_s: _Optional[float] = ..., queue_modeled_s: _Optional[float] = ..., ttft_modeled_s: _Optional[float] = ..., tpot_modeled_s: _Optional[float] = ..., e2e_modeled_s: _Optional[float] = ..., kv_transfer_modeled_s: _Optional[float] = ...) -> None: ...
+
+class LoadRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerLoad(_message.Message):
+    __slots__ = ("waiting", "running", "waiting_tokens", "kv_blocks_used", "kv_blocks_total", "model_fingerprint")
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    waiting: int
+    running: int
+    waiting_tokens: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    model_fingerprint: str
+    def __init__(self, waiting: _Optional[int] = ..., running: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., model_fingerprint: _Optional[str] = ...) -> None: ...

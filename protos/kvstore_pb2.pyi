@@ -1,0 +1,121 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class BlockHeader(_message.Message):
+    __slots__ = ("key", "token_count", "nbytes", "crc32")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    token_count: int
+    nbytes: int
+    crc32: int
+    def __init__(self, key: _Optional[str] = ..., token_count: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ...) -> None: ...
+
+class PutChunk(_message.Message):
+    __slots__ = ("header", "data", "lease_id", "lease_ttl_s")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    header: BlockHeader
+    data: bytes
+    lease_id: str
+    lease_ttl_s: float
+    def __init__(self, header: _Optional[_Union[BlockHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+
+class PutReply(_message.Message):
+    __slots__ = ("stored", "duplicates")
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    stored: int
+    duplicates: int
+    def __init__(self, stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetChunk(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: BlockHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[BlockHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LookupReply(_message.Message):
+    __slots__ = ("present_prefix",)
+    PRESENT_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    present_prefix: int
+    def __init__(self, present_prefix: _Optional[int] = ...) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("keys", "lease_id", "lease_ttl_s")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    lease_id: str
+    lease_ttl_s: float
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+
+class LeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "lease_ttl_s")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    lease_ttl_s: float
+    def __init__(self, lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+
+class LeaseReply(_message.Message):
+    __slots__ = ("blocks",)
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    blocks: int
+    def __init__(self, blocks: _Optional[int] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatsReply(_message.Message):
+    __slots__ = ("blocks", "bytes_used", "capacity_bytes", "leased_blocks", "leases", "evictions", "checksum_failures")
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_USED_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LEASED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    blocks: int
+    bytes_used: int
+    capacity_bytes: int
+    leased_blocks: int
+    leases: int
+    evictions: int
+    checksum_failures: int
+    def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., leased_blocks: _Optional[int] = ..., leases: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ...) -> None: ...
+
+class CorruptRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class CorruptReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,3 @@
+from router.server import main
+
+main()

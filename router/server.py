@@ -1,0 +1,67 @@
+"""Router process: flags, model metadata (tokenizer, context length, fingerprint), worker pools, serve."""
+
+from __future__ import annotations
+
+import asyncio
+
+from common.config import add_model_flags, service_parser
+from common.server import serve, setup_logging
+from engine.default_model import resolve_model_path
+from engine.gguf_model import read_metadata
+from engine.tokenizer import GGUFTokenizer
+from kvstore.client import KVStoreClient
+from protos import router_pb2, router_pb2_grpc
+from router.policy import PREFILL_POLICIES, PrefillPolicy
+from router.service import RouterConfig, RouterService
+from router.workers import decode_pool, prefill_pool
+
+
+def split(targets: str) -> list[str]:
+    return [t for t in targets.split(",") if t]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = service_parser("router", 50050)
+    add_model_flags(parser)
+    parser.add_argument("--served-model-name", default=None, help="model id clients send (default: file name)")
+    parser.add_argument("--prefill", default="127.0.0.1:50061", help="prefill worker addresses, comma separated")
+    parser.add_argument("--decode", default="127.0.0.1:50071", help="decode worker addresses, comma separated")
+    parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
+    parser.add_argument("--policy", default="cache_aware", choices=PREFILL_POLICIES, help="prefill routing policy")
+    parser.add_argument("--colocated", action="store_true",
+                        help="send each request to one decode worker that prefills locally (no kvstore)")
+    parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
+    parser.add_argument("--lease-ttl-s", type=float, default=30.0, help="how long prefilled KV waits for decode")
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    path = resolve_model_path(args.model)
+    reader, model_config = read_metadata(path)
+    tokenizer = GGUFTokenizer(reader)
+    config = RouterConfig(
+        model_name=args.served_model_name or path.name.removesuffix(".gguf"),
+        context_length=model_config.context_length, fingerprint=model_config.fingerprint,
+        block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
+        lease_ttl_s=args.lease_ttl_s)
+
+    async def run() -> None:
+        prefill = prefill_pool([] if args.colocated else split(args.prefill))
+        decode = decode_pool(split(args.decode))
+        kv = KVStoreClient(split(args.kvstore)) if split(args.kvstore) and not args.colocated else None
+        service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(args.policy, args.block_tokens), kv)
+
+        def register(server):
+            router_pb2_grpc.add_RouterServicer_to_server(service, server)
+            return [router_pb2.DESCRIPTOR.services_by_name["Router"].full_name]
+
+        pollers = [asyncio.create_task(p.poll_loads()) for p in (prefill, decode)]
+        try:
+            await serve("router", args.port, register, args.metrics_port, args.host)
+        finally:
+            for p in pollers:
+                p.cancel()
+            await prefill.close()
+            await decode.close()
+            if kv is not None:
+                await kv.close()
+
+    asyncio.run(run())

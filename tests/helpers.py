@@ -1,0 +1,37 @@
+"""Small helpers shared by the service tests."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample of a /metrics page as {(name, sorted labels): value}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def wait_until(condition, timeout_s: float = 15.0, what: str = "condition"):
+    """Poll until condition() is truthy; the timeout only bounds a failure, it is not a speed assertion."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {timeout_s}s (last value {value!r})")
+        time.sleep(0.05)
+
+
+def reference(runtime, prompts: list[list[int]], params_list):
+    """Outputs of the in-process engine for the same prompts and parameters."""
+    from engine.llm_engine import LLMEngine
+
+    return LLMEngine(runtime).generate(prompts, params_list)

@@ -1,0 +1,142 @@
+"""Cancellation, preemption, retries, overload and colocated mode, each on a stack shaped for it."""
+
+import asyncio
+import signal
+
+import grpc
+import numpy as np
+import pytest
+
+from client.client import AsyncPdserveClient, PdserveClient
+from engine.params import SamplingParams
+from kvstore.client import KVStoreClient
+from protos import common_pb2, decode_pb2_grpc
+from tests.conftest import start_stack
+from tests.helpers import reference, scrape, wait_until
+
+
+def decode_load(target: str) -> common_pb2.WorkerLoad:
+    with grpc.insecure_channel(target) as ch:
+        return decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
+
+
+def kv_leases(stack) -> int:
+    async def count():
+        kv = KVStoreClient([p.target for p in stack.kvstores])
+        try:
+            return sum(s.leases for s in await kv.stats())
+        finally:
+            await kv.close()
+    return asyncio.run(count())
+
+
+@pytest.fixture(scope="module")
+def long_stack(tiny_long_model_path):
+    stack = start_stack(model=str(tiny_long_model_path), metrics=True)
+    yield stack
+    stack.stop()
+
+
+def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
+    decode = long_stack.decodes[0]
+
+    async def cancel_after_three_chunks():
+        async with AsyncPdserveClient(long_stack.router_target) as client:
+            call = client.generate(token_ids=list(range(3, 60)), max_tokens=4000, ignore_eos=True, temperature=0)
+            seen = 0
+            async for chunk in call:
+                seen += 1
+                if seen == 3:
+                    break
+            call.cancel()
+            return seen
+
+    assert asyncio.run(cancel_after_three_chunks()) == 3
+    wait_until(lambda: decode_load(decode.target).running == 0, what="decode running == 0")
+    load = decode_load(decode.target)
+    assert load.kv_blocks_used == 0 and load.waiting == 0
+    assert kv_leases(long_stack) == 0
+    metrics = scrape(decode.metrics_port)
+    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == 1
+    assert ("pdserve_decode_requests_total", (("finished_reason", "length"),)) not in metrics
+
+
+def test_router_refuses_when_full(tiny_long_model_path):
+    stack = start_stack(model=str(tiny_long_model_path), extra={"router": ["--max-inflight", "1"]})
+    try:
+        async def scenario():
+            async with AsyncPdserveClient(stack.router_target) as client:
+                long_call = client.generate(token_ids=list(range(3, 30)), max_tokens=4000, ignore_eos=True,
+                                            temperature=0)
+                await long_call.read()  # the first chunk: the long request is in flight now
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await client.complete("the end", max_tokens=2)
+                long_call.cancel()
+                return err.value
+        err = asyncio.run(scenario())
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "in flight" in err.details()
+        with PdserveClient(stack.router_target) as c:  # serving again once the long one is gone
+            wait_until(lambda: _completes(c), what="router accepts again")
+    finally:
+        stack.stop()
+
+
+def _completes(client) -> bool:
+    try:
+        return client.complete("the end", max_tokens=2, temperature=0).usage.completion_tokens == 2
+    except grpc.RpcError:
+        return False
+
+
+def test_preemption_recomputes_and_output_is_unchanged(tiny_model_path, tiny_runtime):
+    """12 blocks of KV for 6 sequences that each grow to 5 blocks: the decode worker must preempt and recompute."""
+    stack = start_stack(model=str(tiny_model_path), kv_blocks=12, metrics=True)
+    try:
+        rng = np.random.default_rng(2)
+        prompts = [rng.integers(3, tiny_runtime.config.vocab_size, 20).tolist() for _ in range(6)]
+        params = SamplingParams(max_tokens=60, temperature=0.0, ignore_eos=True)
+        expected = reference(tiny_runtime, prompts, [params] * 6)
+
+        async def run_all():
+            async with AsyncPdserveClient(stack.router_target) as client:
+                return await asyncio.gather(*(client.complete(token_ids=p, **vars(params)) for p in prompts))
+
+        results = asyncio.run(run_all())
+        for got, want in zip(results, expected):
+            assert list(got.token_ids) == want.output_ids
+            assert got.finish_reason == "length"
+        decode = stack.decodes[0]
+        decode_load(decode.target)  # refreshes the gauges
+        assert scrape(decode.metrics_port)[("pdserve_decode_num_preemptions", ())] >= 1
+        assert decode_load(decode.target).kv_blocks_used == 0
+    finally:
+        stack.stop()
+
+
+def test_prefill_unavailable_is_retried_on_another_worker(tiny_model_path):
+    stack = start_stack(model=str(tiny_model_path), n_prefill=2, policy="round_robin")
+    try:
+        stack.prefills[0].popen.send_signal(signal.SIGKILL)
+        stack.prefills[0].popen.wait()
+        with PdserveClient(stack.router_target) as c:
+            for i in range(4):  # round robin would send half of these to the dead worker
+                reply = c.complete(f"the end {i}", max_tokens=3, temperature=0)
+                assert reply.usage.completion_tokens == 3
+    finally:
+        stack.stop()
+
+
+def test_colocated_mode_matches_in_process(tiny_model_path, tiny_runtime):
+    stack = start_stack(model=str(tiny_model_path), colocated=True)
+    try:
+        assert not stack.kvstores and not stack.prefills
+        prompts = [list(range(3, 3 + n)) for n in (4, 21, 50)]
+        params = SamplingParams(max_tokens=12, temperature=0.0)
+        expected = reference(tiny_runtime, prompts, [params] * 3)
+        with PdserveClient(stack.router_target) as c:
+            for prompt, want in zip(prompts, expected):
+                chunks = list(c.generate(token_ids=prompt, **vars(params)))
+                assert [t for ch in chunks for t in ch.token_ids] == want.output_ids
+                assert chunks[-1].usage.prompt_tokens == len(prompt)
+    finally:
+        stack.stop()
