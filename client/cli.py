@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
+
+import grpc
 
 from engine.params import SamplingParams
 
@@ -58,16 +63,110 @@ def generate_in_process(prompt: str, params: SamplingParams, model: str | None, 
                              f"prompt_tokens={len(seq.prompt_ids)} completion_tokens={len(seq.output_ids)}]\n")
 
 
+def stream_from_router(target: str, request: dict, out=sys.stdout) -> str:
+    """Send one request to the router and stream its text; returns the whole answer."""
+    from client.client import PdserveClient
+
+    text = []
+    with PdserveClient(target) as client:
+        for chunk in client.generate(**request):
+            out.write(chunk.text)
+            out.flush()
+            text.append(chunk.text)
+            if chunk.finish_reason:
+                t, u = chunk.timings, chunk.usage
+                out.write(f"\n[finish_reason={chunk.finish_reason}"
+                          + (f" stop_reason={chunk.stop_reason}" if chunk.stop_reason else "")
+                          + f" prompt_tokens={u.prompt_tokens} cached={u.cached_prompt_tokens}"
+                          f" completion_tokens={u.completion_tokens} ttft={t.ttft_wall_s * 1000:.0f}ms"
+                          f" e2e={t.e2e_wall_s * 1000:.0f}ms]\n")
+    return "".join(text)
+
+
 def cmd_generate(a: argparse.Namespace) -> int:
-    generate_in_process(a.prompt, sampling_from_args(a), a.model, a.raw)
+    params = sampling_from_args(a)
+    if a.in_process:
+        generate_in_process(a.prompt, params, a.model, a.raw)
+        return 0
+    request = dict(prompt=a.prompt) if a.raw else dict(messages=[{"role": "user", "content": a.prompt}])
+    stream_from_router(a.target, dict(request, **vars(params)))
+    return 0
+
+
+def cmd_chat(a: argparse.Namespace) -> int:
+    params = sampling_from_args(a)
+    history: list[dict[str, str]] = []
+    if a.system:
+        history.append({"role": "system", "content": a.system})
+    print("pdserve chat: empty line or Ctrl-D to quit", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        history.append({"role": "user", "content": line})
+        answer = stream_from_router(a.target, dict(messages=history, **vars(params)))
+        history.append({"role": "assistant", "content": answer})
+    return 0
+
+
+def stack_spec_from_args(a: argparse.Namespace):
+    from client.launcher import StackSpec
+
+    return StackSpec(model=a.model, n_prefill=a.prefill, n_decode=a.decode, n_kvstore=a.kvstore_shards,
+                     colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
+                     kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks)
+
+
+def cmd_up(a: argparse.Namespace) -> int:
+    from client.launcher import Stack
+
+    stack = Stack(stack_spec_from_args(a), inherit_output=a.verbose)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stack.start()
+    try:
+        print("pdserve stack is up (Ctrl-C stops it):")
+        print(stack.describe())
+        print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
+        sys.stdout.flush()
+        while not stop.is_set():
+            for p in stack.processes:
+                if p.popen.poll() is not None:
+                    print(f"{p.name} exited with code {p.popen.returncode}; stopping the stack", file=sys.stderr)
+                    stop.set()
+            stop.wait(0.5)
+    finally:
+        stack.stop()
+        print("pdserve stack stopped")
     return 0
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0)
-    for prompt in DEMO_PROMPTS:
-        print(f">>> {prompt}")
-        generate_in_process(prompt, params, a.model, raw=False)
+    """Start the whole stack, ask the source article's two prompts, stop the stack."""
+    from client.launcher import Stack
+
+    with Stack(stack_spec_from_args(a)) as stack:
+        print("stack up:\n" + stack.describe(), flush=True)
+        for prompt in DEMO_PROMPTS:
+            print(f"\n>>> {prompt}")
+            stream_from_router(stack.router_target, dict(messages=[{"role": "user", "content": prompt}],
+                                                         max_tokens=a.max_tokens, temperature=0.0))
+    return 0
+
+
+def cmd_bench_serving(a: argparse.Namespace) -> int:
+    from client.bench_serving import compare, format_comparison
+
+    modes = tuple(m for m in a.modes.split(",") if m)
+    results = compare(a.model, a.requests, a.prompt_len, a.output_len, a.concurrency, modes)
+    print(format_comparison(results, a.requests, a.prompt_len, a.output_len, a.concurrency))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(results, fh, indent=2)
     return 0
 
 
@@ -86,19 +185,47 @@ def cmd_bench_engine(a: argparse.Namespace) -> int:
     return 0
 
 
+def add_stack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="GGUF path (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--prefill", type=int, default=1, help="prefill workers")
+    p.add_argument("--decode", type=int, default=1, help="decode workers")
+    p.add_argument("--kvstore-shards", type=int, default=1)
+    p.add_argument("--colocated", action="store_true", help="decode workers prefill locally (no kvstore)")
+    p.add_argument("--policy", default="cache_aware", choices=("round_robin", "least_loaded", "cache_aware"))
+    p.add_argument("--port", type=int, default=50050, help="router port (0: any free port)")
+    p.add_argument("--metrics", action="store_true", help="serve Prometheus /metrics on every service")
+    p.add_argument("--kv-capacity-mb", type=float, default=2048.0)
+    p.add_argument("--kv-blocks", type=int, default=4096, help="decode KV budget in blocks")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pdserve", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    target_default = os.environ.get("PDSERVE_ROUTER", "127.0.0.1:50050")
 
-    p = sub.add_parser("generate", help="generate an answer for one prompt")
+    p = sub.add_parser("up", help="start kvstore, prefill, decode and router as processes; Ctrl-C stops all")
+    add_stack_args(p)
+    p.add_argument("--verbose", action="store_true", help="show the services' logs")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("generate", help="stream an answer for one prompt")
     p.add_argument("prompt")
-    p.add_argument("--model", default=None, help="GGUF path (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--target", default=target_default, help="router address [env PDSERVE_ROUTER]")
+    p.add_argument("--in-process", action="store_true", help="run the engine here instead of asking the router")
+    p.add_argument("--model", default=None, help="GGUF path, with --in-process")
     p.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("demo", help="answer the source article's two prompts")
-    p.add_argument("--model", default=None)
+    p = sub.add_parser("chat", help="interactive chat through the router")
+    p.add_argument("--target", default=target_default)
+    p.add_argument("--system", default="", help="system message")
+    add_sampling_args(p)
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("demo", help="start the stack and answer the source article's two prompts")
+    add_stack_args(p)
+    p.set_defaults(port=0)
     p.add_argument("--max-tokens", type=int, default=64)
     p.set_defaults(func=cmd_demo)
 
@@ -110,6 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the rows to this file")
     p.set_defaults(func=cmd_bench_engine)
+
+    p = sub.add_parser("bench-serving", help="one workload: in-process engine vs disaggregated vs colocated")
+    p.add_argument("--model", default=None)
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, default=256)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--modes", default="in_process,disaggregated,colocated")
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=cmd_bench_serving)
     return parser
 
 
@@ -117,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as exc:
         print(f"pdserve: error: {exc}", file=sys.stderr)
         return 2
+    except grpc.RpcError as exc:
+        print(f"pdserve: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

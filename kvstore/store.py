@@ -130,7 +130,7 @@ class BlockStore:
         existing = self.blocks.get(key)
         if existing is None:
             self._make_room(len(data))
-            self.blocks[key] = Block(key, token_count, bytes(data), crc32)
+            self.blocks[key] = Block(key, token_count, data, crc32)
             self.bytes_used += len(data)
         else:
             self.blocks.move_to_end(key)

@@ -64,7 +64,8 @@ class RequestState:
     completion_tokens: int = 0
     cached_tokens: int = 0
     queue_s: float = 0.0
-    kv_handoff_s: float = 0.0
+    kv_store_s: float = 0.0
+    kv_fetch_s: float = 0.0
     lease_id: str = ""
 
     def timings(self) -> common_pb2.Timings:
@@ -73,7 +74,8 @@ class RequestState:
         ttft = (self.first_token_at or now) - self.started
         tpot = (e2e - ttft) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
         return common_pb2.Timings(queue_wall_s=self.queue_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,
-                                  kv_handoff_wall_s=self.kv_handoff_s)
+                                  kv_handoff_wall_s=self.kv_store_s + self.kv_fetch_s,
+                                  kv_store_wall_s=self.kv_store_s, kv_fetch_wall_s=self.kv_fetch_s)
 
     def usage(self) -> common_pb2.Usage:
         return common_pb2.Usage(prompt_tokens=self.prompt_len, completion_tokens=self.completion_tokens,
@@ -215,7 +217,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
         state.lease_id = reply.kv.lease_id
         state.cached_tokens = reply.cached_tokens
         state.queue_s = reply.queue_wall_s
-        state.kv_handoff_s = reply.kv_store_wall_s
+        state.kv_store_s = reply.kv_store_wall_s
         yield self._chunk(state, reply.first)
         if reply.first.finish_reason:
             return
@@ -268,8 +270,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
         call = worker.stub.Decode(request, timeout=timeout)
         try:
             async for chunk in call:
-                if chunk.kv_fetch_wall_s:
-                    state.kv_handoff_s += chunk.kv_fetch_wall_s
+                state.kv_fetch_s += chunk.kv_fetch_wall_s
                 state.queue_s += chunk.queue_wall_s
                 yield self._chunk(state, chunk.step)
         except grpc.aio.AioRpcError as err:
