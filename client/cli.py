@@ -185,6 +185,16 @@ def cmd_bench_engine(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_perf(a: argparse.Namespace) -> int:
+    from perfmodel.report import format_report, scenario_report
+
+    lens = [int(x) for x in a.prefill_lens.split(",") if x]
+    report = scenario_report(a.model, a.hardware, a.gpus, a.tp, a.ep, lens, a.decode_batch, a.context_len,
+                             a.software, a.dp_attention, a.link)
+    print(json.dumps(report, indent=2) if a.json else format_report(report))
+    return 0
+
+
 def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="GGUF path (default: SmolLM2-135M-Instruct)")
     p.add_argument("--prefill", type=int, default=1, help="prefill workers")
@@ -237,6 +247,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the rows to this file")
     p.set_defaults(func=cmd_bench_engine)
+
+    p = sub.add_parser("perf", help="modeled timing of a scenario on the modeled hardware")
+    p.add_argument("--model", default="deepseek-r1", help="deepseek-r1, llama-3-70b, smollm2-135m, ...")
+    p.add_argument("--hardware", default="H20-141G", help="H20-96G, H20-141G, H800, H100, H200")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--tp", type=int, default=8)
+    p.add_argument("--ep", type=int, default=8)
+    p.add_argument("--dp-attention", action="store_true")
+    p.add_argument("--software", default="sglang", help="overhead profile: sglang, vllm-awq")
+    p.add_argument("--prefill-lens", default="4096", help="prompt lengths prefilled together")
+    p.add_argument("--decode-batch", type=int, default=32)
+    p.add_argument("--context-len", type=int, default=2048)
+    p.add_argument("--link", default="nvlink", choices=("nvlink", "rdma", "pcie"), help="KV hand-off path")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_perf)
 
     p = sub.add_parser("bench-serving", help="one workload: in-process engine vs disaggregated vs colocated")
     p.add_argument("--model", default=None)

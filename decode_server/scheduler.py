@@ -20,6 +20,7 @@ from engine.kv_cache import KVSlab
 from engine.runtime import Runtime
 from engine.sequence import Sequence
 from engine.stop import FinishReason, StepResult
+from perfmodel.clock import StepClock
 
 log = logging.getLogger("pdserve.decode")
 
@@ -35,15 +36,20 @@ class DecodeJob:
     admitted_at: float | None = None
     cancelled: bool = False
     preemptions: int = 0
+    modeled_mark: float = 0.0  # the worker's modeled busy clock at arrival
+    queue_modeled_s: float = 0.0
+    prefill_modeled_s: float = 0.0  # colocated prefill (and recomputation) in this worker
+    decode_modeled_s: float = 0.0  # modeled duration of every decode step this sequence was part of
 
     def emit(self, item: tuple[list[int], StepResult] | BaseException) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
 
 class DecodeScheduler:
-    def __init__(self, runtime: Runtime, kv_blocks: int, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
-                 slab_tokens: int = 2048) -> None:
+    def __init__(self, runtime: Runtime, clock: StepClock, kv_blocks: int, max_num_seqs: int = 64,
+                 max_num_batched_tokens: int = 2048, slab_tokens: int = 2048) -> None:
         self.runtime = runtime
+        self.clock = clock
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.blocks = BlockManager(kv_blocks, runtime.block_tokens)
@@ -65,6 +71,7 @@ class DecodeScheduler:
         self.thread.stop()
 
     def submit(self, job: DecodeJob) -> None:
+        job.modeled_mark = self.clock.busy_modeled_s
         self.thread.submit(job)
 
     # --- bookkeeping ------------------------------------------------------------------------------------------------
@@ -95,6 +102,7 @@ class DecodeScheduler:
 
     # --- one step ---------------------------------------------------------------------------------------------------
     def step(self, new_jobs: list[DecodeJob]) -> bool:
+        step_start = time.perf_counter()  # the paced budget covers the whole iteration, bookkeeping included
         self.waiting.extend(new_jobs)
         for job in [j for j in self.running if j.cancelled]:
             job.seq.abort()
@@ -106,9 +114,10 @@ class DecodeScheduler:
         to_prefill = self._admit()
         if to_prefill:
             self._prefill(to_prefill)
+            step_start = time.perf_counter()
         self._reserve_next_token()
         if self.running:
-            self._decode()
+            self._decode(step_start)
         self.n_waiting, self.n_running, self.blocks_used = len(self.waiting), len(self.running), self.blocks.used
         return bool(self.running or self.waiting)
 
@@ -131,7 +140,9 @@ class DecodeScheduler:
                 break
             self.waiting.popleft()
             self.blocks.allocate(job.seq.request_id, tokens)
-            job.admitted_at = job.admitted_at or time.perf_counter()
+            if job.admitted_at is None:
+                job.admitted_at = time.perf_counter()
+                job.queue_modeled_s = self.clock.busy_modeled_s - job.modeled_mark
             budget -= prefill_tokens
             if prefill_tokens:
                 to_prefill.append(job)
@@ -148,16 +159,12 @@ class DecodeScheduler:
     def _prefill(self, jobs: list[DecodeJob]) -> None:
         fresh = [j for j in jobs if j.needs_prefill]
         again = [j for j in jobs if j.needs_recompute]
+        start = time.perf_counter()
+        work = [(len(j.seq.prompt_ids), 0) for j in fresh] + [(len(j.seq.all_ids) - 1, 0) for j in again]
         try:
-            if fresh:  # colocated: prompt -> first token, streamed like any other
-                results = self.runtime.prefill([(j.seq, len(j.seq.prompt_ids)) for j in fresh])
-                for job, result in zip(fresh, results):
-                    job.needs_prefill = False
-                    job.emit(([job.seq.output_ids[-1]], result))
+            results = self.runtime.prefill([(j.seq, len(j.seq.prompt_ids)) for j in fresh]) if fresh else []
             if again:
                 self.runtime.recompute([j.seq for j in again])
-                for job in again:
-                    job.needs_recompute = False
         except Exception as exc:  # fail these requests, keep the worker serving
             log.exception("prefill in decode worker failed")
             for job in jobs:
@@ -165,6 +172,16 @@ class DecodeScheduler:
                 self._free(job)
                 job.emit(exc)
             return
+        modeled = self.clock.prefill_seconds(work)
+        self.clock.finish_step("prefill", start, modeled, sum(n for n, _ in work))
+        for job in fresh:
+            job.prefill_modeled_s += modeled
+        for job in again:  # recomputation delays this sequence's next token: decode time
+            job.decode_modeled_s += modeled
+        for job in jobs:
+            job.needs_prefill = job.needs_recompute = False
+        for job, result in zip(fresh, results):  # colocated: prompt -> first token, streamed like any other
+            job.emit(([job.seq.output_ids[-1]], result))
         for job in jobs:
             if job.seq.finished:
                 self._free(job)
@@ -182,8 +199,9 @@ class DecodeScheduler:
             if victim is job:
                 continue  # the sequence itself was the newest; i now points past the end or at the next one
 
-    def _decode(self) -> None:
+    def _decode(self, start: float) -> None:
         jobs = list(self.running)
+        contexts = [j.seq.kv.length + 1 for j in jobs]
         try:
             results = self.runtime.decode_step([j.seq for j in jobs])
         except Exception as exc:
@@ -193,7 +211,10 @@ class DecodeScheduler:
                 self._finish(job)
                 job.emit(exc)
             return
+        modeled = self.clock.decode_seconds(contexts)
+        self.clock.finish_step("decode", start, modeled, len(jobs))
         for job, result in zip(jobs, results):
+            job.decode_modeled_s += modeled
             job.emit(([job.seq.output_ids[-1]], result))
             if result.finished:
                 self._finish(job)

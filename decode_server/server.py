@@ -17,6 +17,7 @@ from common.validation import abort_invalid, check_fits_context, check_request_i
 from decode_server.scheduler import DecodeJob, DecodeScheduler
 from engine.params import InvalidParameter
 from engine.runtime import Runtime
+from perfmodel.clock import add_perf_flags, clock_from_args
 from kvstore.client import KVIntegrityError, KVStoreClient
 from protos import common_pb2, decode_pb2, decode_pb2_grpc
 
@@ -34,9 +35,10 @@ PREEMPTIONS = Gauge("pdserve_decode_num_preemptions", "Sequences preempted (KV d
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
     def __init__(self, runtime: Runtime, scheduler: DecodeScheduler, kv: KVStoreClient | None,
-                 max_queue: int) -> None:
+                 max_queue: int, kv_link: str = "nvlink") -> None:
         self.runtime = runtime
         self.scheduler = scheduler
+        self.kv_link = kv_link
         self.kv = kv
         self.max_queue = max_queue
         self.active = 0
@@ -74,20 +76,23 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
         return prompt, params
 
-    async def _fetch(self, seq, handle) -> float:
+    async def _fetch(self, seq, handle) -> tuple[float, float]:
+        """Import the request's blocks; returns (wall seconds, modeled transfer seconds)."""
         start = time.perf_counter()
         blocks = await self.kv.get(list(handle.block_keys))
         for block in blocks:
             seq.kv.append_block(block.data, block.token_count)
         if seq.kv.length != handle.token_count:
             raise KVIntegrityError(f"blocks hold {seq.kv.length} tokens, the handle says {handle.token_count}")
+        modeled = await self.scheduler.clock.pace_transfer(handle.token_count, self.kv_link,
+                                                           time.perf_counter() - start)
         elapsed = time.perf_counter() - start
         KV_FETCH.observe(elapsed)
         try:  # we have our copy: the blocks may be evicted now
             await self.kv.release(handle.lease_id, timeout=5)
         except grpc.aio.AioRpcError as exc:
             log.warning("lease %s not released: %s (it will expire)", handle.lease_id, exc.details())
-        return elapsed
+        return elapsed, modeled
 
     async def Decode(self, request, context):
         try:
@@ -102,10 +107,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         finished = False
         try:
             seq = self.runtime.new_sequence(prompt, params, request.request_id)
-            fetch_s = 0.0
+            fetch_s = transfer_modeled_s = 0.0
             if not request.colocated:
                 try:
-                    fetch_s = await self._fetch(seq, request.kv)
+                    fetch_s, transfer_modeled_s = await self._fetch(seq, request.kv)
                 except (KVIntegrityError, ValueError) as exc:
                     await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
                 except grpc.aio.AioRpcError as exc:
@@ -130,9 +135,14 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 chunk = decode_pb2.DecodeChunk(step=token_step(token_ids, result))
                 if first_chunk:
                     chunk.kv_fetch_wall_s = fetch_s
+                    chunk.kv_transfer_modeled_s = transfer_modeled_s
                     chunk.queue_wall_s = (job.admitted_at or job.enqueued_at) - job.enqueued_at
+                    chunk.queue_modeled_s = job.queue_modeled_s
+                    chunk.prefill_modeled_s = job.prefill_modeled_s
                     first_chunk = False
                 finished = result.finished
+                if finished:
+                    chunk.decode_modeled_s = job.decode_modeled_s
                 GENERATED.inc(len(token_ids))
                 if finished:
                     REQUESTS.labels(result.finish_reason.value).inc()
@@ -156,16 +166,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slab-tokens", type=int, default=2048,
                         help="sequences up to this length share the batched-attention slab")
     parser.add_argument("--max-queue", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
+    add_perf_flags(parser)
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     runtime = Runtime.load(args.model, args.block_tokens)
-    scheduler = DecodeScheduler(runtime, args.kv_blocks, args.max_num_seqs, args.max_num_batched_tokens,
-                                args.slab_tokens)
+    scheduler = DecodeScheduler(runtime, clock_from_args(args), args.kv_blocks, args.max_num_seqs,
+                                args.max_num_batched_tokens, args.slab_tokens)
 
     async def run() -> None:
         targets = [t for t in args.kvstore.split(",") if t]
         kv = KVStoreClient(targets) if targets else None
-        service = DecodeService(runtime, scheduler, kv, args.max_queue)
+        service = DecodeService(runtime, scheduler, kv, args.max_queue, args.kv_link)
 
         def register(server):
             decode_pb2_grpc.add_DecodeServicer_to_server(service, server)

@@ -13,6 +13,7 @@ from engine.params import SamplingParams
 from engine.sampling import Sampler
 from engine.sequence import Sequence
 from engine.stop import StepResult, StopChecker
+from engine.synthetic import SYNTHETIC_NAME, load_synthetic
 from engine.tokenizer import GGUFTokenizer, IncrementalDetokenizer
 
 
@@ -24,6 +25,10 @@ class Runtime:
 
     @classmethod
     def load(cls, model: str | Path | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> "Runtime":
+        """A GGUF path, None for the default SmolLM2, or "synthetic" for the compute-free backend."""
+        if str(model) == SYNTHETIC_NAME:
+            synthetic, tokenizer = load_synthetic()
+            return cls(synthetic, tokenizer, block_tokens)
         loaded = load_gguf(resolve_model_path(model))
         return cls(LlamaModel(loaded), GGUFTokenizer(loaded.reader), block_tokens)
 

@@ -15,6 +15,7 @@ from common.step_loop import StepLoop
 from engine.runtime import Runtime
 from engine.sequence import Sequence
 from engine.stop import StepResult
+from perfmodel.clock import StepClock
 
 
 @dataclass
@@ -25,6 +26,9 @@ class PrefillJob:
     enqueued_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None
     compute_s: float = 0.0
+    modeled_s: float = 0.0  # modeled duration of the steps this prompt was part of
+    modeled_mark: float = 0.0  # the worker's modeled busy clock when the job arrived
+    queue_modeled_s: float | None = None
     cancelled: bool = False
 
     @property
@@ -33,8 +37,10 @@ class PrefillJob:
 
 
 class PrefillScheduler:
-    def __init__(self, runtime: Runtime, max_num_batched_tokens: int = 2048, max_num_seqs: int = 64) -> None:
+    def __init__(self, runtime: Runtime, clock: StepClock, max_num_batched_tokens: int = 2048,
+                 max_num_seqs: int = 64) -> None:
         self.runtime = runtime
+        self.clock = clock
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting: list[PrefillJob] = []  # owned by the step thread
@@ -55,6 +61,7 @@ class PrefillScheduler:
             self.waiting_tokens += tokens
 
     def submit(self, job: PrefillJob) -> None:
+        job.modeled_mark = self.clock.busy_modeled_s
         self._count(1, job.tokens_left)
         self.thread.submit(job)
 
@@ -88,8 +95,11 @@ class PrefillScheduler:
         if not batch:
             return False
         start = time.perf_counter()
+        cached = [job.seq.kv.length for job in batch]
         for job in batch:
             job.started_at = job.started_at or start
+            if job.queue_modeled_s is None:
+                job.queue_modeled_s = self.clock.busy_modeled_s - job.modeled_mark
         try:
             results = self.runtime.prefill(chunks)
         except Exception as exc:  # fail this batch, keep serving
@@ -97,10 +107,12 @@ class PrefillScheduler:
                 self.waiting.remove(job)
                 self._resolve(job, exc)
             return bool(self.waiting)
-        elapsed = time.perf_counter() - start
+        modeled = self.clock.prefill_seconds([(n, c) for (_, n), c in zip(chunks, cached)])
+        timing = self.clock.finish_step("prefill", start, modeled, sum(n for _, n in chunks))
         self._count(0, -sum(n for _, n in chunks))
         for job, (_, n), result in zip(batch, chunks, results):
-            job.compute_s += elapsed
+            job.compute_s += timing.wall_s
+            job.modeled_s += modeled
             if result is not None:
                 self.waiting.remove(job)
                 self._resolve(job, result)

@@ -18,6 +18,7 @@ from engine.kv_cache import block_keys, tail_block_key
 from engine.params import InvalidParameter
 from engine.runtime import Runtime
 from kvstore.client import BlockData, KVIntegrityError, KVStoreClient
+from perfmodel.clock import add_perf_flags, clock_from_args
 from prefill_server.prefix_cache import LocalPrefixCache
 from prefill_server.scheduler import PrefillJob, PrefillScheduler
 from protos import common_pb2, prefill_pb2, prefill_pb2_grpc
@@ -107,7 +108,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         REQUESTS.labels("ok").inc()
         return prefill_pb2.PrefillReply(
             first=token_step([seq.output_ids[0]], first), kv=handle, cached_tokens=cached, queue_wall_s=queue_s,
-            compute_wall_s=job.compute_s, kv_store_wall_s=io_s)
+            compute_wall_s=job.compute_s, kv_store_wall_s=io_s, modeled_s=job.modeled_s,
+            queue_modeled_s=job.queue_modeled_s or 0.0)
 
     async def _reuse_prefix(self, seq, keys: list[str], lease_id: str, ttl: float) -> tuple[int, int]:
         """Lease what the kvstore already holds and load the reusable leading blocks into ``seq``'s cache.
@@ -162,10 +164,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64, help="sequences in one prefill step")
     parser.add_argument("--max-queue", type=int, default=256, help="waiting requests before RESOURCE_EXHAUSTED")
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
+    add_perf_flags(parser)
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     runtime = Runtime.load(args.model, args.block_tokens)
-    scheduler = PrefillScheduler(runtime, args.max_num_batched_tokens, args.max_num_seqs)
+    scheduler = PrefillScheduler(runtime, clock_from_args(args), args.max_num_batched_tokens, args.max_num_seqs)
 
     async def run() -> None:
         kv = KVStoreClient([t for t in args.kvstore.split(",") if t])

@@ -38,6 +38,12 @@ TTFT = Histogram("pdserve_time_to_first_token_seconds", "Wall time to the first 
 TPOT = Histogram("pdserve_time_per_output_token_seconds", "Wall time per output token after the first",
                  buckets=TPOT_BUCKETS)
 E2E = Histogram("pdserve_e2e_request_latency_seconds", "Wall time of the whole request", buckets=E2E_BUCKETS)
+TTFT_MODELED = Histogram("pdserve_time_to_first_token_modeled_seconds", "Modeled time to the first token",
+                         buckets=TTFT_BUCKETS)
+TPOT_MODELED = Histogram("pdserve_time_per_output_token_modeled_seconds", "Modeled time per output token",
+                         buckets=TPOT_BUCKETS)
+E2E_MODELED = Histogram("pdserve_e2e_request_latency_modeled_seconds", "Modeled time of the whole request",
+                        buckets=E2E_BUCKETS)
 PROMPT_LEN = Histogram("pdserve_request_prompt_tokens", "Prompt tokens per request", buckets=TOKEN_COUNT_BUCKETS)
 GEN_LEN = Histogram("pdserve_request_generation_tokens", "Generated tokens per request", buckets=TOKEN_COUNT_BUCKETS)
 INFLIGHT = Gauge("pdserve_num_requests_inflight", "Requests the router is serving")
@@ -67,15 +73,27 @@ class RequestState:
     kv_store_s: float = 0.0
     kv_fetch_s: float = 0.0
     lease_id: str = ""
+    # modeled clock, as reported by the workers
+    queue_modeled_s: float = 0.0
+    prefill_modeled_s: float = 0.0
+    kv_transfer_modeled_s: float = 0.0
+    decode_wait_modeled_s: float = 0.0  # decode admission queue before the first decode step
+    decode_modeled_s: float = 0.0
 
     def timings(self) -> common_pb2.Timings:
         now = time.perf_counter()
         e2e = now - self.started
         ttft = (self.first_token_at or now) - self.started
         tpot = (e2e - ttft) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
-        return common_pb2.Timings(queue_wall_s=self.queue_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,
-                                  kv_handoff_wall_s=self.kv_store_s + self.kv_fetch_s,
-                                  kv_store_wall_s=self.kv_store_s, kv_fetch_wall_s=self.kv_fetch_s)
+        ttft_m = self.queue_modeled_s + self.prefill_modeled_s
+        e2e_m = ttft_m + self.kv_transfer_modeled_s + self.decode_wait_modeled_s + self.decode_modeled_s
+        tpot_m = (e2e_m - ttft_m) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
+        return common_pb2.Timings(
+            queue_wall_s=self.queue_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,
+            kv_handoff_wall_s=self.kv_store_s + self.kv_fetch_s, kv_store_wall_s=self.kv_store_s,
+            kv_fetch_wall_s=self.kv_fetch_s, queue_modeled_s=self.queue_modeled_s + self.decode_wait_modeled_s,
+            ttft_modeled_s=ttft_m, tpot_modeled_s=tpot_m, e2e_modeled_s=e2e_m,
+            kv_transfer_modeled_s=self.kv_transfer_modeled_s)
 
     def usage(self) -> common_pb2.Usage:
         return common_pb2.Usage(prompt_tokens=self.prompt_len, completion_tokens=self.completion_tokens,
@@ -201,8 +219,11 @@ class RouterService(router_pb2_grpc.RouterServicer):
         GEN_LEN.observe(state.completion_tokens)
         TTFT.observe(t.ttft_wall_s)
         E2E.observe(t.e2e_wall_s)
+        TTFT_MODELED.observe(t.ttft_modeled_s)
+        E2E_MODELED.observe(t.e2e_modeled_s)
         if state.completion_tokens > 1:
             TPOT.observe(t.tpot_wall_s)
+            TPOT_MODELED.observe(t.tpot_modeled_s)
 
     async def _serve(self, state: RequestState, ids: list[int], params: SamplingParams, context):
         sampling = sampling_to_proto(params)
@@ -218,6 +239,8 @@ class RouterService(router_pb2_grpc.RouterServicer):
         state.cached_tokens = reply.cached_tokens
         state.queue_s = reply.queue_wall_s
         state.kv_store_s = reply.kv_store_wall_s
+        state.queue_modeled_s = reply.queue_modeled_s
+        state.prefill_modeled_s = reply.modeled_s
         yield self._chunk(state, reply.first)
         if reply.first.finish_reason:
             return
@@ -272,6 +295,13 @@ class RouterService(router_pb2_grpc.RouterServicer):
             async for chunk in call:
                 state.kv_fetch_s += chunk.kv_fetch_wall_s
                 state.queue_s += chunk.queue_wall_s
+                state.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s
+                state.decode_modeled_s += chunk.decode_modeled_s
+                if self.config.colocated:  # the decode worker's queue and prefill come before the first token
+                    state.queue_modeled_s += chunk.queue_modeled_s
+                    state.prefill_modeled_s += chunk.prefill_modeled_s
+                else:
+                    state.decode_wait_modeled_s += chunk.queue_modeled_s
                 yield self._chunk(state, chunk.step)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNAVAILABLE:
