@@ -185,6 +185,18 @@ def cmd_bench_engine(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_pacing(a: argparse.Namespace) -> int:
+    from client.bench_pacing import format_pacing, run_pacing_bench
+
+    levels = tuple(int(x) for x in a.concurrency.split(","))
+    rows = run_pacing_bench(levels, a.prompt_len, a.output_len, a.time_scale)
+    print(format_pacing(rows, a.time_scale))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0
+
+
 def cmd_perf(a: argparse.Namespace) -> int:
     from perfmodel.report import format_report, scenario_report
 
@@ -247,6 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the rows to this file")
     p.set_defaults(func=cmd_bench_engine)
+
+    p = sub.add_parser("bench-pacing", help="synthetic stack, realtime pacing: wall TPOT vs modeled TPOT")
+    p.add_argument("--concurrency", default="1,16,64")
+    p.add_argument("--prompt-len", type=int, default=256)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=cmd_bench_pacing)
 
     p = sub.add_parser("perf", help="modeled timing of a scenario on the modeled hardware")
     p.add_argument("--model", default="deepseek-r1", help="deepseek-r1, llama-3-70b, smollm2-135m, ...")

@@ -41,6 +41,9 @@ class StackSpec:
     metrics: bool = False
     fault_injection: bool = False
     extra: dict[str, list[str]] = field(default_factory=dict)  # service -> extra flags
+    pace: str = "off"  # modeled clock for prefill and decode workers: off | realtime
+    time_scale: float = 1.0
+    perf_flags: list[str] = field(default_factory=list)  # e.g. ["--perf-hardware", "H200"]
     threads_per_worker: int | None = None  # BLAS threads per model worker (default: cores / workers)
 
 
@@ -79,6 +82,7 @@ class Stack:
     def _plan(self) -> None:
         s = self.spec
         model = ["--model", s.model] if s.model else []
+        clock = ["--pace", s.pace, "--time-scale", str(s.time_scale)] + s.perf_flags
         kvstores = []
         if not s.colocated:
             for i in range(s.n_kvstore):
@@ -88,11 +92,11 @@ class Stack:
         kv_flag = ["--kvstore", ",".join(p.target for p in kvstores)]
         self.kvstores = kvstores
         self.prefills = [] if s.colocated else [
-            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + s.extra.get("prefill", []))
+            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + clock + s.extra.get("prefill", []))
             for i in range(s.n_prefill)]
         self.decodes = [
             self._proc(f"decode-{i}", "decode_server",
-                       model + kv_flag + ["--kv-blocks", str(s.kv_blocks)] + s.extra.get("decode", []))
+                       model + kv_flag + clock + ["--kv-blocks", str(s.kv_blocks)] + s.extra.get("decode", []))
             for i in range(s.n_decode)]
         self.router: Process | None = None
         if self.decodes:  # a stack without workers is just kvstores (for tests of the store alone)

@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 
 from engine.default_model import resolve_model_path
-from engine.gguf_model import ModelConfig, load_gguf
+from engine.gguf_model import ModelConfig, load_gguf, read_metadata
 from engine.kv_cache import DEFAULT_BLOCK_TOKENS
 from engine.model import LlamaModel
 from engine.params import SamplingParams
@@ -15,6 +15,16 @@ from engine.sequence import Sequence
 from engine.stop import StepResult, StopChecker
 from engine.synthetic import SYNTHETIC_NAME, load_synthetic
 from engine.tokenizer import GGUFTokenizer, IncrementalDetokenizer
+
+
+def model_metadata(model: str | Path | None = None) -> tuple[GGUFTokenizer, ModelConfig, str]:
+    """Tokenizer, hyper-parameters and display name without loading weights (what a router needs)."""
+    if str(model) == SYNTHETIC_NAME:
+        synthetic, tokenizer = load_synthetic()
+        return tokenizer, synthetic.config, SYNTHETIC_NAME
+    path = resolve_model_path(model)
+    reader, config = read_metadata(path)
+    return GGUFTokenizer(reader), config, path.name.removesuffix(".gguf")
 
 
 class Runtime:

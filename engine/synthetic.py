@@ -50,8 +50,11 @@ class SyntheticModel:
         digest = hashlib.blake2b(f"{last}:{position}".encode(), digest_size=8).digest()
         return self.eos_id is not None and int.from_bytes(digest, "little") % MEAN_ANSWER_TOKENS == 0
 
-    def _start_pointer(self, tokens: list[int], position: int) -> int:
-        digest = hashlib.blake2b(np.asarray(tokens + [position], dtype="<i8").tobytes(), digest_size=8).digest()
+    def _start_pointer(self, kv: SequenceKV) -> int:
+        """From the last 16 cached token ids (K holds them) and the length: the same however the prompt was
+        chunked or which prefix came from the kvstore."""
+        recent = kv.k[0, 0, max(0, kv.length - 16):kv.length, 0].astype("<i8")
+        digest = hashlib.blake2b(recent.tobytes() + kv.length.to_bytes(8, "little"), digest_size=8).digest()
         return int.from_bytes(digest, "little") % len(self.text_ids)
 
     def forward(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
@@ -61,15 +64,15 @@ class SyntheticModel:
             if start + len(tokens) > self.config.context_length:
                 raise ValueError(f"sequence of {start + len(tokens)} tokens exceeds the context length "
                                  f"{self.config.context_length}")
-            if len(tokens) == 1 and start > 0:  # decode: continue the text from the pointer stored in V
-                pointer = (int(kv.v[0, 0, start - 1, 0]) + 1) % len(self.text_ids)
-            else:
-                pointer = self._start_pointer(tokens, start)
             kv.reserve(start + len(tokens))
             k = np.repeat(np.asarray(tokens, dtype=np.float32)[:, None, None], 2, axis=2)  # [n, 1, 2]
-            v = np.full_like(k, float(pointer))
-            kv.write(0, start, k, v)
+            kv.write(0, start, k, k)
             kv.length += len(tokens)
+            if len(tokens) == 1 and start > 0:  # decode: continue the text from the pointer stored in V
+                pointer = (int(kv.v[0, 0, start - 1, 1]) + 1) % len(self.text_ids)
+            else:
+                pointer = self._start_pointer(kv)
+            kv.v[0, 0, start:start + len(tokens), 1] = pointer  # V = (token id, position in the text)
             choice = self.eos_id if self._is_eos(tokens[-1], kv.length) else int(self.text_ids[pointer])
             logits[row, choice] = 30.0
         return logits

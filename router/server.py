@@ -6,9 +6,7 @@ import asyncio
 
 from common.config import add_model_flags, service_parser
 from common.server import serve, setup_logging
-from engine.default_model import resolve_model_path
-from engine.gguf_model import read_metadata
-from engine.tokenizer import GGUFTokenizer
+from engine.runtime import model_metadata
 from kvstore.client import KVStoreClient
 from protos import router_pb2, router_pb2_grpc
 from router.policy import PREFILL_POLICIES, PrefillPolicy
@@ -34,11 +32,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lease-ttl-s", type=float, default=30.0, help="how long prefilled KV waits for decode")
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
-    path = resolve_model_path(args.model)
-    reader, model_config = read_metadata(path)
-    tokenizer = GGUFTokenizer(reader)
+    tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(
-        model_name=args.served_model_name or path.name.removesuffix(".gguf"),
+        model_name=args.served_model_name or default_name,
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
         lease_ttl_s=args.lease_ttl_s)
