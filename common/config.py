@@ -41,3 +41,8 @@ def service_parser(name: str, default_port: int) -> FlagParser:
 def add_model_flags(parser: FlagParser) -> None:
     parser.add_argument("--model", default=None, help="GGUF path (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--block-tokens", type=int, default=16, help="tokens per KV block")
+
+
+def split_targets(targets: str | None) -> list[str]:
+    """'host:port,host:port' -> list, empty entries dropped."""
+    return [t for t in (targets or "").split(",") if t]

@@ -9,10 +9,10 @@ import time
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.config import add_model_flags, service_parser
+from common.config import add_model_flags, service_parser, split_targets
 from common.convert import sampling_from_proto, token_step
 from common.metrics import STEP_BUCKETS
-from common.server import serve, setup_logging
+from common.server import serve_worker, setup_logging
 from common.validation import abort_invalid, check_fits_context, check_request_id, check_token_ids
 from decode_server.scheduler import DecodeJob, DecodeScheduler
 from engine.params import InvalidParameter
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
                                 args.max_num_batched_tokens, args.slab_tokens)
 
     async def run() -> None:
-        targets = [t for t in args.kvstore.split(",") if t]
+        targets = split_targets(args.kvstore)
         kv = KVStoreClient(targets) if targets else None
         service = DecodeService(runtime, scheduler, kv, args.max_queue, args.kv_link)
 
@@ -182,12 +182,6 @@ def main(argv: list[str] | None = None) -> None:
             decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
             return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
 
-        scheduler.start()
-        try:
-            await serve("decode", args.port, register, args.metrics_port, args.host)
-        finally:
-            scheduler.stop()
-            if kv is not None:
-                await kv.close()
+        await serve_worker("decode", args, register, scheduler, kv)
 
     asyncio.run(run())

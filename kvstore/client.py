@@ -124,7 +124,7 @@ class KVStoreClient:
         groups = self._split(keys)
         answers = await asyncio.gather(*(call(s, [keys[i] for i in p]) for s, p in groups.items()))
         prefix = len(keys)
-        for (shard, positions), present in zip(groups.items(), answers):
+        for positions, present in zip(groups.values(), answers):
             if present < len(positions):
                 prefix = min(prefix, positions[present])
         return prefix

@@ -110,7 +110,7 @@ class PrefillScheduler:
         modeled = self.clock.prefill_seconds([(n, c) for (_, n), c in zip(chunks, cached)])
         timing = self.clock.finish_step("prefill", start, modeled, sum(n for _, n in chunks))
         self._count(0, -sum(n for _, n in chunks))
-        for job, (_, n), result in zip(batch, chunks, results):
+        for job, result in zip(batch, results):
             job.compute_s += timing.wall_s
             job.modeled_s += modeled
             if result is not None:

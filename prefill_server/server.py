@@ -9,10 +9,10 @@ import time
 import grpc
 from prometheus_client import Counter, Histogram
 
-from common.config import add_model_flags, service_parser
+from common.config import add_model_flags, service_parser, split_targets
 from common.convert import sampling_from_proto, token_step
 from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS, TTFT_BUCKETS
-from common.server import serve, setup_logging
+from common.server import serve_worker, setup_logging
 from common.validation import abort_invalid, check_fits_context, check_request_id, check_token_ids
 from engine.kv_cache import block_keys, tail_block_key
 from engine.params import InvalidParameter
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     scheduler = PrefillScheduler(runtime, clock_from_args(args), args.max_num_batched_tokens, args.max_num_seqs)
 
     async def run() -> None:
-        kv = KVStoreClient([t for t in args.kvstore.split(",") if t])
+        kv = KVStoreClient(split_targets(args.kvstore))
         service = PrefillService(runtime, scheduler, kv, args.max_queue,
                                  LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20))))
 
@@ -179,11 +179,6 @@ def main(argv: list[str] | None = None) -> None:
             prefill_pb2_grpc.add_PrefillServicer_to_server(service, server)
             return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
 
-        scheduler.start()
-        try:
-            await serve("prefill", args.port, register, args.metrics_port, args.host)
-        finally:
-            scheduler.stop()
-            await kv.close()
+        await serve_worker("prefill", args, register, scheduler, kv)
 
     asyncio.run(run())

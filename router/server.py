@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from common.config import add_model_flags, service_parser
+from common.config import add_model_flags, service_parser, split_targets
 from common.server import serve, setup_logging
 from engine.runtime import model_metadata
 from kvstore.client import KVStoreClient
@@ -12,10 +12,6 @@ from protos import router_pb2, router_pb2_grpc
 from router.policy import PREFILL_POLICIES, PrefillPolicy
 from router.service import RouterConfig, RouterService
 from router.workers import decode_pool, prefill_pool
-
-
-def split(targets: str) -> list[str]:
-    return [t for t in targets.split(",") if t]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,9 +36,9 @@ def main(argv: list[str] | None = None) -> None:
         lease_ttl_s=args.lease_ttl_s)
 
     async def run() -> None:
-        prefill = prefill_pool([] if args.colocated else split(args.prefill))
-        decode = decode_pool(split(args.decode))
-        kv = KVStoreClient(split(args.kvstore)) if split(args.kvstore) and not args.colocated else None
+        prefill = prefill_pool([] if args.colocated else split_targets(args.prefill))
+        decode = decode_pool(split_targets(args.decode))
+        kv = KVStoreClient(split_targets(args.kvstore)) if split_targets(args.kvstore) and not args.colocated else None
         service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(args.policy, args.block_tokens), kv)
 
         def register(server):

@@ -35,3 +35,18 @@ def reference(runtime, prompts: list[list[int]], params_list):
     from engine.llm_engine import LLMEngine
 
     return LLMEngine(runtime).generate(prompts, params_list)
+
+
+def kv_leases(stack) -> int:
+    """Leases held across a stack's kvstore shards."""
+    import asyncio
+
+    from kvstore.client import KVStoreClient
+
+    async def count() -> int:
+        kv = KVStoreClient([p.target for p in stack.kvstores])
+        try:
+            return sum(s.leases for s in await kv.stats())
+        finally:
+            await kv.close()
+    return asyncio.run(count())

@@ -9,9 +9,8 @@ import pytest
 from client.client import AsyncPdserveClient, PdserveClient
 from common.convert import sampling_to_proto
 from engine.params import SamplingParams
-from kvstore.client import KVStoreClient
 from protos import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import reference, wait_until
+from tests.helpers import kv_leases, reference, wait_until
 
 
 def mixed_requests(vocab: int, n: int = 32):
@@ -145,14 +144,7 @@ def test_unclaimed_prefill_lease_expires(tiny_stack):
             sampling=sampling_to_proto(SamplingParams(max_tokens=5))))
     assert len(reply.kv.block_keys) == 3  # 2 full blocks + the tail
 
-    async def leases():
-        kv = KVStoreClient([p.target for p in tiny_stack.kvstores])
-        try:
-            return sum(s.leases for s in await kv.stats())
-        finally:
-            await kv.close()
-
-    wait_until(lambda: asyncio.run(leases()) == 0, what="lease expiry")
+    wait_until(lambda: kv_leases(tiny_stack) == 0, what="lease expiry")
 
 
 def test_list_models(tiny_stack, tiny_runtime):

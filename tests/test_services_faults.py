@@ -9,25 +9,14 @@ import pytest
 
 from client.client import AsyncPdserveClient, PdserveClient
 from engine.params import SamplingParams
-from kvstore.client import KVStoreClient
 from protos import common_pb2, decode_pb2_grpc
 from tests.conftest import start_stack
-from tests.helpers import reference, scrape, wait_until
+from tests.helpers import kv_leases, reference, scrape, wait_until
 
 
 def decode_load(target: str) -> common_pb2.WorkerLoad:
     with grpc.insecure_channel(target) as ch:
         return decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
-
-
-def kv_leases(stack) -> int:
-    async def count():
-        kv = KVStoreClient([p.target for p in stack.kvstores])
-        try:
-            return sum(s.leases for s in await kv.stats())
-        finally:
-            await kv.close()
-    return asyncio.run(count())
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +33,7 @@ def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
         async with AsyncPdserveClient(long_stack.router_target) as client:
             call = client.generate(token_ids=list(range(3, 60)), max_tokens=4000, ignore_eos=True, temperature=0)
             seen = 0
-            async for chunk in call:
+            async for _ in call:
                 seen += 1
                 if seen == 3:
                     break
