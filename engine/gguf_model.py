@@ -126,7 +126,10 @@ def _read_config(reader: gguf.GGUFReader, path: Path, fingerprint: str) -> Model
     n_kv_heads = int(field_value(reader, f"{arch}.attention.head_count_kv", n_heads))
     vocab = field_value(reader, f"{arch}.vocab_size")
     if vocab is None:
-        vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+        tokens = reader.fields.get("tokenizer.ggml.tokens")
+        if tokens is None:
+            raise ModelLoadError(f"{path}: neither {arch}.vocab_size nor tokenizer.ggml.tokens is present")
+        vocab = len(tokens.data)
     return ModelConfig(
         name=str(field_value(reader, "general.name", path.stem)),
         n_layers=int(need("block_count")),
@@ -169,6 +172,9 @@ def load_gguf(path: str | Path) -> LoadedModel:
     path = Path(path)
     reader, config = read_metadata(path)
     tensors = {t.name: t for t in reader.tensors}
+    for t in reader.tensors:  # fail before dequantizing anything
+        if t.tensor_type not in SUPPORTED_TENSOR_TYPES:
+            raise ModelLoadError(f"{path}: tensor {t.name} has type {t.tensor_type.name}, which is not supported")
 
     def get(name: str) -> np.ndarray:
         if name not in tensors:
