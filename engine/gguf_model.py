@@ -22,7 +22,7 @@ SUPPORTED_TENSOR_TYPES = {
     gguf.GGMLQuantizationType[name]
     for name in (
         "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
     )
 }
 

@@ -91,3 +91,19 @@ def test_block_keys_are_chained_and_stable():
     assert all(x != y for x, y in zip(keys, changed))  # a change in block 0 changes every later key
     assert block_keys(ids, "other-model", 16)[0] != keys[0]
     assert keys[0] == block_keys(ids, "fp", 16)[0]
+
+
+@pytest.mark.parametrize("weight_type,tolerance", [("F16", 0.002), ("BF16", 0.01), ("Q8_0", 0.03), ("Q5_0", 0.15),
+                                                   ("Q5_1", 0.15), ("Q4_1", 0.4), ("Q4_0", 0.3)])
+def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolerance):
+    """Every supported tensor type dequantizes to weights whose logits stay near the F32 original."""
+    from engine.runtime import Runtime
+    from tests.tiny_model import write_tiny_model
+
+    reference_rt = Runtime.load(write_tiny_model(tmp_path / "f32.gguf"))
+    quantized_rt = Runtime.load(write_tiny_model(tmp_path / f"{weight_type}.gguf", weight_type=weight_type))
+    prompt = [[5, 17, 42, 99, 150, 7]]
+    ref = reference_rt.model.prefill([reference_rt.model.new_kv()], prompt)[0]
+    got = quantized_rt.model.prefill([quantized_rt.model.new_kv()], prompt)[0]
+    assert got.dtype == np.float32
+    assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < tolerance

@@ -54,7 +54,8 @@ def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
 
 
 def write_tiny_model(path: Path, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
-                     ffn: int = 128, context: int = 512, seed: int = 0) -> Path:
+                     ffn: int = 128, context: int = 512, seed: int = 0, weight_type: str = "F32") -> Path:
+    """``weight_type`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) is used for every layer matrix."""
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab()
     head_dim = hidden // heads
@@ -79,8 +80,16 @@ def write_tiny_model(path: Path, *, layers: int = 2, hidden: int = 64, heads: in
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    def matrix(out_dim: int, in_dim: int, scale: float = 1.0) -> np.ndarray:
+    def matrix(out_dim: int, in_dim: int, scale: float = 1.0):
         return (rng.standard_normal((out_dim, in_dim)) * scale / np.sqrt(in_dim)).astype(np.float32)
+
+    qtype = GGMLQuantizationType[weight_type]
+
+    def add_matrix(name: str, value: np.ndarray) -> None:
+        if qtype == GGMLQuantizationType.F32:
+            writer.add_tensor(name, value)
+        else:
+            writer.add_tensor(name, quants.quantize(value, qtype), raw_dtype=qtype)
 
     # the embedding is stored as Q8_0 (exercises dequantization); the rest as F32
     embedding = (rng.standard_normal((len(tokens), hidden))).astype(np.float32)
@@ -90,14 +99,14 @@ def write_tiny_model(path: Path, *, layers: int = 2, hidden: int = 64, heads: in
     for i in range(layers):
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
-        writer.add_tensor(p + "attn_q.weight", matrix(hidden, hidden, 2.0))
-        writer.add_tensor(p + "attn_k.weight", matrix(kv_heads * head_dim, hidden, 2.0))
-        writer.add_tensor(p + "attn_v.weight", matrix(kv_heads * head_dim, hidden))
-        writer.add_tensor(p + "attn_output.weight", matrix(hidden, hidden))
+        add_matrix(p + "attn_q.weight", matrix(hidden, hidden, 2.0))
+        add_matrix(p + "attn_k.weight", matrix(kv_heads * head_dim, hidden, 2.0))
+        add_matrix(p + "attn_v.weight", matrix(kv_heads * head_dim, hidden))
+        add_matrix(p + "attn_output.weight", matrix(hidden, hidden))
         writer.add_tensor(p + "ffn_norm.weight", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
-        writer.add_tensor(p + "ffn_gate.weight", matrix(ffn, hidden))
-        writer.add_tensor(p + "ffn_up.weight", matrix(ffn, hidden))
-        writer.add_tensor(p + "ffn_down.weight", matrix(hidden, ffn))
+        add_matrix(p + "ffn_gate.weight", matrix(ffn, hidden))
+        add_matrix(p + "ffn_up.weight", matrix(ffn, hidden))
+        add_matrix(p + "ffn_down.weight", matrix(hidden, ffn))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
