@@ -6,6 +6,7 @@ Names of the per-RPC metrics follow py-grpc-prometheus so existing dashboards wo
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import time
@@ -66,7 +67,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         def code_of(exc: BaseException, context) -> grpc.StatusCode:
             if isinstance(exc, grpc.aio.AbortError):
                 return context.code() or grpc.StatusCode.UNKNOWN
-            if isinstance(exc, BaseException) and exc.__class__.__name__ == "CancelledError":
+            if isinstance(exc, asyncio.CancelledError):
                 return grpc.StatusCode.CANCELLED
             return grpc.StatusCode.UNKNOWN
 

@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.convert import sampling_to_proto
+from common.convert import sampling_from_proto, sampling_to_proto
 from common.metrics import E2E_BUCKETS, TOKEN_COUNT_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 from common.validation import abort_invalid, check_fits_context, check_token_ids
 from engine.kv_cache import block_keys
 from engine.params import InvalidParameter, SamplingParams
 from engine.tokenizer import GGUFTokenizer
 from kvstore.client import KVStoreClient
-from protos import decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc, common_pb2
-from common.convert import sampling_from_proto
+from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 from router.policy import PrefillPolicy, choose_decode
 from router.workers import Worker, WorkerPool
 

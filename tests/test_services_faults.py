@@ -129,3 +129,31 @@ def test_colocated_mode_matches_in_process(tiny_model_path, tiny_runtime):
                 assert chunks[-1].usage.prompt_tokens == len(prompt)
     finally:
         stack.stop()
+
+
+def test_deadline_propagates_and_frees_the_sequence(long_stack):
+    with PdserveClient(long_stack.router_target) as c:
+        with pytest.raises(grpc.RpcError) as err:
+            list(c.generate(token_ids=list(range(3, 60)), max_tokens=4000, ignore_eos=True, temperature=0,
+                            timeout=1.0))
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    decode = long_stack.decodes[0].target
+    wait_until(lambda: decode_load(decode).running == 0 and decode_load(decode).kv_blocks_used == 0,
+               what="decode freed after the deadline")
+    wait_until(lambda: kv_leases(long_stack) == 0, what="leases released")
+
+
+def test_cancel_between_prefill_and_decode_releases_the_lease(tiny_model_path):
+    """Decode is held in its (paced) KV fetch for about a minute; the client cancels after the first token.
+    Leases live 30 s, so reaching zero within 15 s can only be the router releasing it."""
+    stack = start_stack(model=str(tiny_model_path),
+                        extra={"decode": ["--pace", "realtime", "--time-scale", "400000", "--kv-link", "pcie"]})
+    try:
+        with PdserveClient(stack.router_target) as client:
+            call = client.generate(token_ids=list(range(3, 43)), max_tokens=50, temperature=0, ignore_eos=True)
+            assert next(call).token_ids
+            assert kv_leases(stack) == 1  # prefill's lease, waiting for decode
+            call.cancel()
+        wait_until(lambda: kv_leases(stack) == 0, timeout_s=15, what="lease released by the router")
+    finally:
+        stack.stop()
