@@ -79,7 +79,8 @@ def stream_from_router(target: str, request: dict, out=sys.stdout) -> str:
                           + (f" stop_reason={chunk.stop_reason}" if chunk.stop_reason else "")
                           + f" prompt_tokens={u.prompt_tokens} cached={u.cached_prompt_tokens}"
                           f" completion_tokens={u.completion_tokens} ttft={t.ttft_wall_s * 1000:.0f}ms"
-                          f" e2e={t.e2e_wall_s * 1000:.0f}ms]\n")
+                          f" e2e={t.e2e_wall_s * 1000:.0f}ms | modeled: ttft={t.ttft_modeled_s * 1000:.1f}ms"
+                          f" tpot={t.tpot_modeled_s * 1000:.1f}ms e2e={t.e2e_modeled_s * 1000:.0f}ms]\n")
     return "".join(text)
 
 
