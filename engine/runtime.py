@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import numpy as np
+
 from engine.default_model import resolve_model_path
 from engine.gguf_model import ModelConfig, load_gguf, read_metadata
 from engine.kv_cache import DEFAULT_BLOCK_TOKENS
@@ -101,4 +103,18 @@ class Runtime:
             by_index = dict(zip(order, results))
             return [by_index[i] for i in range(len(seqs))]
         logits = self.model.decode_step([s.kv for s in seqs], [s.last_token for s in seqs])
-        return [seq.append_token(seq.sampler.sample(logits[i])) for i, seq in enumerate(seqs)]
+        return [seq.append_token(token) for seq, token in zip(seqs, self._sample(seqs, logits))]
+
+    @staticmethod
+    def _sample(seqs: list[Sequence], logits: np.ndarray) -> list[int]:
+        """Next token per row; plain greedy rows come from one batched argmax instead of one call each."""
+        greedy = np.argmax(logits, axis=1)
+        tokens = []
+        for i, seq in enumerate(seqs):
+            if seq.sampler.plain_greedy:
+                token = int(greedy[i])
+                seq.sampler.record(token)
+            else:
+                token = seq.sampler.sample(logits[i])
+            tokens.append(token)
+        return tokens

@@ -24,6 +24,12 @@ class Sampler:
         self._uses_penalties = (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0
                                 or params.frequency_penalty != 0.0)
 
+    @property
+    def plain_greedy(self) -> bool:
+        """True when the next token is simply the argmax (lets the runtime take it from one batched argmax)."""
+        p = self.params
+        return p.greedy and not self._uses_penalties and not (self.generated < p.min_tokens and self.min_tokens_gated.size)
+
     def sample(self, logits: np.ndarray) -> int:
         """Pick the next token from logits [vocab] (float32) and record it."""
         p = self.params
