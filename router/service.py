@@ -287,28 +287,42 @@ class RouterService(router_pb2_grpc.RouterServicer):
                             f"no prefill worker could take the request ({last_error.details() if last_error else ''})")
 
     async def _relay_decode(self, state: RequestState, request: decode_pb2.DecodeRequest, timeout):
-        worker: Worker = choose_decode(self.decode.available())
-        worker.inflight += 1
-        call = worker.stub.Decode(request, timeout=timeout)
-        try:
-            async for chunk in call:
-                state.kv_fetch_s += chunk.kv_fetch_wall_s
-                state.queue_s += chunk.queue_wall_s
-                state.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s
-                state.decode_modeled_s += chunk.decode_modeled_s
-                if self.config.colocated:  # the decode worker's queue and prefill come before the first token
-                    state.queue_modeled_s += chunk.queue_modeled_s
-                    state.prefill_modeled_s += chunk.prefill_modeled_s
-                else:
-                    state.decode_wait_modeled_s += chunk.queue_modeled_s
-                yield self._chunk(state, chunk.step)
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.UNAVAILABLE:
-                worker.mark_down()
-            raise UpstreamError(err.code(), f"decode: {err.details()}") from err
-        finally:
-            worker.inflight -= 1
-            call.cancel()  # no-op when finished; stops the decode sequence when the client went away
+        """Stream from a decode worker. One that is UNAVAILABLE before it sent anything is replaced by another
+        (the KV still waits, leased, in the kvstore); after the first chunk a failure ends the request."""
+        tried: set[str] = set()
+        while True:
+            candidates = self.decode.available(exclude=tried)
+            if not candidates:
+                raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "decode: no decode worker could take the request")
+            worker: Worker = choose_decode(candidates)
+            tried.add(worker.target)
+            worker.inflight += 1
+            call = worker.stub.Decode(request, timeout=timeout)
+            relayed = False
+            try:
+                async for chunk in call:
+                    relayed = True
+                    state.kv_fetch_s += chunk.kv_fetch_wall_s
+                    state.queue_s += chunk.queue_wall_s
+                    state.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s
+                    state.decode_modeled_s += chunk.decode_modeled_s
+                    if self.config.colocated:  # the decode worker's queue and prefill come before the first token
+                        state.queue_modeled_s += chunk.queue_modeled_s
+                        state.prefill_modeled_s += chunk.prefill_modeled_s
+                    else:
+                        state.decode_wait_modeled_s += chunk.queue_modeled_s
+                    yield self._chunk(state, chunk.step)
+                return
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    worker.mark_down()
+                    if not relayed:
+                        log.warning("decode worker %s unavailable; retrying elsewhere", worker.target)
+                        continue
+                raise UpstreamError(err.code(), f"decode: {err.details()}") from err
+            finally:
+                worker.inflight -= 1
+                call.cancel()  # no-op when finished; stops the decode sequence when the client went away
 
     async def _release(self, lease_id: str) -> None:
         try:

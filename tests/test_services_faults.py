@@ -157,3 +157,15 @@ def test_cancel_between_prefill_and_decode_releases_the_lease(tiny_model_path):
         wait_until(lambda: kv_leases(stack) == 0, timeout_s=15, what="lease released by the router")
     finally:
         stack.stop()
+
+
+def test_decode_unavailable_before_streaming_is_retried_elsewhere(tiny_model_path):
+    stack = start_stack(model=str(tiny_model_path), n_decode=2)
+    try:
+        stack.decodes[0].popen.send_signal(signal.SIGKILL)
+        stack.decodes[0].popen.wait()
+        with PdserveClient(stack.router_target) as c:
+            for i in range(4):  # the router does not know yet which worker died
+                assert c.complete(f"the end {i}", max_tokens=3, temperature=0).usage.completion_tokens == 3
+    finally:
+        stack.stop()
