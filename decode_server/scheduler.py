@@ -86,6 +86,15 @@ class DecodeScheduler:
         self.running.remove(job)
         self._free(job)
 
+    def _fail(self, jobs: list[DecodeJob], exc: BaseException) -> None:
+        """End these requests with an error; the worker keeps serving the others."""
+        for job in jobs:
+            job.seq.abort(FinishReason.ERROR)
+            if job in self.running:
+                self.running.remove(job)
+            self._free(job)
+            job.emit(exc)
+
     def _preempt_newest(self) -> DecodeJob:
         victim = self.running.pop()  # the most recently admitted
         self._free(victim)
@@ -167,10 +176,7 @@ class DecodeScheduler:
                 self.runtime.recompute([j.seq for j in again])
         except Exception as exc:  # fail these requests, keep the worker serving
             log.exception("prefill in decode worker failed")
-            for job in jobs:
-                job.seq.abort(FinishReason.ERROR)
-                self._free(job)
-                job.emit(exc)
+            self._fail(jobs, exc)
             return
         modeled = self.clock.prefill_seconds(work)
         self.clock.finish_step("prefill", start, modeled, sum(n for n, _ in work))
@@ -206,10 +212,7 @@ class DecodeScheduler:
             results = self.runtime.decode_step([j.seq for j in jobs])
         except Exception as exc:
             log.exception("decode step failed")
-            for job in jobs:
-                job.seq.abort(FinishReason.ERROR)
-                self._finish(job)
-                job.emit(exc)
+            self._fail(jobs, exc)
             return
         modeled = self.clock.decode_seconds(contexts)
         self.clock.finish_step("decode", start, modeled, len(jobs))
