@@ -118,7 +118,8 @@ def stack_spec_from_args(a: argparse.Namespace):
 
     return StackSpec(model=a.model, n_prefill=a.prefill, n_decode=a.decode, n_kvstore=a.kvstore_shards,
                      colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
-                     kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks)
+                     kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
+                     perf_flags=["--perf-hardware", a.perf_hardware] if a.perf_hardware else [])
 
 
 def cmd_up(a: argparse.Namespace) -> int:
@@ -219,6 +220,10 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", action="store_true", help="serve Prometheus /metrics on every service")
     p.add_argument("--kv-capacity-mb", type=float, default=2048.0)
     p.add_argument("--kv-blocks", type=int, default=4096, help="decode KV budget in blocks")
+    p.add_argument("--pace", default="off", choices=("off", "realtime"),
+                   help="realtime: each step lasts at least its modeled time x --time-scale")
+    p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument("--perf-hardware", default=None, help="modeled GPU for the workers' modeled clock")
 
 
 def build_parser() -> argparse.ArgumentParser:
