@@ -12,7 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from common.metrics import MetricsInterceptor
+from common.metrics import MetricsInterceptor, request_id_var
 
 log = logging.getLogger("pdserve")
 
@@ -38,8 +38,24 @@ def channel(target: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
+class RequestIdFilter(logging.Filter):
+    """Adds the x-request-id of the RPC being served (or "-") to every log record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get() or "-"
+        return True
+
+
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s [%(request_id)s] %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+def request_metadata(request_id: str) -> tuple[tuple[str, str], ...]:
+    """gRPC metadata that carries the request id to the next service."""
+    return (("x-request-id", request_id),)
 
 
 async def serve(

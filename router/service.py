@@ -12,7 +12,8 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from common.convert import sampling_from_proto, sampling_to_proto
-from common.metrics import E2E_BUCKETS, TOKEN_COUNT_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
+from common.metrics import E2E_BUCKETS, TOKEN_COUNT_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, request_id_var
+from common.server import request_metadata
 from common.validation import abort_invalid, check_fits_context, check_token_ids
 from engine.kv_cache import block_keys
 from engine.params import InvalidParameter, SamplingParams
@@ -174,6 +175,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
         state = RequestState(request.request_id or uuid.uuid4().hex, len(ids))
+        request_id_var.set(state.request_id)  # for this RPC's log lines
         self.inflight += 1
         INFLIGHT.inc()
         try:
@@ -264,7 +266,8 @@ class RouterService(router_pb2_grpc.RouterServicer):
             worker.inflight += 1
             worker.inflight_tokens += len(ids)
             try:
-                reply = await worker.stub.Prefill(request, timeout=timeout)
+                reply = await worker.stub.Prefill(request, timeout=timeout,
+                                                  metadata=request_metadata(state.request_id))
                 worker.remember(keys)
                 return reply
             except grpc.aio.AioRpcError as err:
@@ -297,7 +300,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
             worker: Worker = choose_decode(candidates)
             tried.add(worker.target)
             worker.inflight += 1
-            call = worker.stub.Decode(request, timeout=timeout)
+            call = worker.stub.Decode(request, timeout=timeout, metadata=request_metadata(state.request_id))
             relayed = False
             try:
                 async for chunk in call:
