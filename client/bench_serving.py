@@ -16,7 +16,7 @@ from client.launcher import Stack, StackSpec
 from client.loadgen import format_summary, run_load, summarize
 from engine.llm_engine import LLMEngine
 from engine.params import SamplingParams
-from engine.runtime import Runtime
+from engine.runtime import Runtime, model_metadata
 
 MODES = ("in_process", "disaggregated", "colocated")
 
@@ -55,7 +55,7 @@ def run_stack(spec: StackSpec, prompts: list[list[int]], output_len: int, concur
 
 def compare(model: str | None, n: int = 64, prompt_len: int = 256, output_len: int = 64, concurrency: int = 16,
             modes: tuple[str, ...] = MODES, verbose: bool = True) -> dict[str, dict]:
-    vocab = Runtime.load(model).config.vocab_size if model else 49152
+    vocab = model_metadata(model)[1].vocab_size
     prompts = make_prompts(vocab, n, prompt_len)
     out: dict[str, dict] = {}
     for mode in modes:

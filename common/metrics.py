@@ -7,6 +7,7 @@ Names of the per-RPC metrics follow py-grpc-prometheus so existing dashboards wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import time
@@ -59,52 +60,48 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         labels = (_rpc_type(handler), service, method)
         request_id = dict(handler_call_details.invocation_metadata or ()).get("x-request-id", "")
 
-        def finish(context, start: float, code: grpc.StatusCode | None) -> None:
-            code = code or (context.code() if context.code() is not None else grpc.StatusCode.OK)
-            RPC_HANDLED.labels(*labels, code.name).inc()
-            RPC_SECONDS.labels(*labels).observe(time.perf_counter() - start)
-
-        def code_of(exc: BaseException, context) -> grpc.StatusCode:
-            if isinstance(exc, grpc.aio.AbortError):
-                return context.code() or grpc.StatusCode.UNKNOWN
-            if isinstance(exc, asyncio.CancelledError):
-                return grpc.StatusCode.CANCELLED
-            return grpc.StatusCode.UNKNOWN
+        @contextlib.contextmanager
+        def observed(context):
+            """Counts the RPC, times it, and records its final status code."""
+            request_id_var.set(request_id)
+            RPC_STARTED.labels(*labels).inc()
+            start = time.perf_counter()
+            code = None
+            try:
+                yield
+            except (asyncio.CancelledError, GeneratorExit):  # the caller went away
+                code = grpc.StatusCode.CANCELLED
+                raise
+            except grpc.aio.AbortError:
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                raise
+            except BaseException:
+                code = grpc.StatusCode.UNKNOWN
+                raise
+            finally:
+                code = code or context.code() or grpc.StatusCode.OK
+                RPC_HANDLED.labels(*labels, code.name).inc()
+                RPC_SECONDS.labels(*labels).observe(time.perf_counter() - start)
 
         if handler.response_streaming:
             inner = handler.unary_stream or handler.stream_stream
 
             async def streaming(request, context):
-                request_id_var.set(request_id)
-                RPC_STARTED.labels(*labels).inc()
-                start = time.perf_counter()
-                try:
+                with observed(context):
                     result = inner(request, context)
                     if inspect.isasyncgen(result):
                         async for item in result:
                             yield item
                     else:  # a handler that writes with context.write() (e.g. health Watch)
                         await result
-                except BaseException as exc:
-                    finish(context, start, code_of(exc, context))
-                    raise
-                finish(context, start, None)
 
             wrapped, kind = streaming, ("unary_stream" if handler.unary_stream else "stream_stream")
         else:
             inner = handler.unary_unary or handler.stream_unary
 
             async def unary(request, context):
-                request_id_var.set(request_id)
-                RPC_STARTED.labels(*labels).inc()
-                start = time.perf_counter()
-                try:
-                    result = await inner(request, context)
-                except BaseException as exc:
-                    finish(context, start, code_of(exc, context))
-                    raise
-                finish(context, start, None)
-                return result
+                with observed(context):
+                    return await inner(request, context)
 
             wrapped, kind = unary, ("unary_unary" if handler.unary_unary else "stream_unary")
         factory = getattr(grpc, f"{kind}_rpc_method_handler")

@@ -138,16 +138,17 @@ class LlamaModel:
             qk = RotaryEmbedding.apply(qkv[:, :q_width + kv_width].reshape(-1, heads_qk, c.head_dim), cos, sin)
             q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]  # [N, H, D], [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
-            if all_batched:  # pure decode step over the slab: no scatter/gather of rows
-                slab.k[layer, slots, :, lengths - 1] = k
-                slab.v[layer, slots, :, lengths - 1] = v
-                attn = self._attend_slab(q, slab, layer, slots, lengths, dense)
+            if batched:  # a pure decode step over the slab takes the rows as they are: no gather, no scatter
+                sel = slice(None) if all_batched else rows
+                slab.k[layer, slots, :, lengths - 1] = k[sel]
+                slab.v[layer, slots, :, lengths - 1] = v[sel]
+                slab_out = self._attend_slab(q[sel], slab, layer, slots, lengths, dense)
+            if all_batched:
+                attn = slab_out
             else:
                 attn = np.empty((flat.size, q_width), dtype=F32)
-            if batched and not all_batched:
-                slab.k[layer, slots, :, lengths - 1] = k[rows]
-                slab.v[layer, slots, :, lengths - 1] = v[rows]
-                attn[rows] = self._attend_slab(q[rows], slab, layer, slots, lengths, dense)
+                if batched:
+                    attn[rows] = slab_out
             for i in single:
                 lo, hi = offsets[i], offsets[i + 1]
                 caches[i].write(layer, starts[i], k[lo:hi], v[lo:hi])

@@ -72,7 +72,7 @@ class RequestState:
     queue_s: float = 0.0
     kv_store_s: float = 0.0
     kv_fetch_s: float = 0.0
-    lease_id: str = ""
+    lease_id: str = ""  # prefill's lease, until a decode worker has taken the KV (it releases it then)
     # modeled clock, as reported by the workers
     queue_modeled_s: float = 0.0
     prefill_modeled_s: float = 0.0
@@ -186,7 +186,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
         finally:
             self.inflight -= 1
             INFLIGHT.dec()
-            if state.lease_id and self.kv is not None:  # idempotent; covers a cancel between prefill and decode
+            if state.lease_id and self.kv is not None:  # e.g. cancelled between prefill and decode
                 asyncio.ensure_future(self._release(state.lease_id))
 
     async def Complete(self, request, context):
@@ -305,6 +305,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
             try:
                 async for chunk in call:
                     relayed = True
+                    state.lease_id = ""  # the decode worker fetched the KV and released the lease itself
                     state.kv_fetch_s += chunk.kv_fetch_wall_s
                     state.queue_s += chunk.queue_wall_s
                     state.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s
