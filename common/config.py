@@ -1,9 +1,20 @@
-"""Command-line flags with matching environment variables: ``--kv-capacity-mb`` <-> ``PDSERVE_KV_CAPACITY_MB``."""
+"""Command-line flags with matching environment variables: ``--kv-capacity-mb`` <-> ``PDSERVE_KV_CAPACITY_MB``.
+
+An environment value goes through the same argparse checks as the flag itself (its type and its choices), so
+``PDSERVE_PACE=bogus`` or ``PDSERVE_PORT=x`` stops the service with a usage error naming the variable; a flag given
+on the command line wins over the environment.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+
+from engine.kv_cache import DEFAULT_BLOCK_TOKENS
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
 
 
 def env_name(flag: str) -> str:
@@ -11,21 +22,44 @@ def env_name(flag: str) -> str:
 
 
 class FlagParser(argparse.ArgumentParser):
-    """An ArgumentParser whose every long option defaults to its PDSERVE_* environment variable when set."""
+    """An ArgumentParser whose long options also read their PDSERVE_* environment variable.
 
-    def add_argument(self, *names, **kwargs):
+    ``add_argument(..., env=False)`` keeps an option off the environment (e.g. test-only switches).
+    """
+
+    def add_argument(self, *names, env: bool = True, **kwargs):
+        action = super().add_argument(*names, **kwargs)
         long = next((n for n in names if n.startswith("--")), None)
-        if long and "default" in kwargs and kwargs.get("action") not in ("store_true", "store_false"):
-            env = os.environ.get(env_name(long))
-            if env is not None:
-                kwargs["default"] = kwargs.get("type", str)(env) if kwargs.get("type") else env
-            kwargs["help"] = (kwargs.get("help", "") + f" [env {env_name(long)}]").strip()
-        elif long and kwargs.get("action") == "store_true":
-            env = os.environ.get(env_name(long))
-            if env is not None:
-                kwargs["default"] = env.lower() in ("1", "true", "yes", "on")
-            kwargs["help"] = (kwargs.get("help", "") + f" [env {env_name(long)}]").strip()
-        return super().add_argument(*names, **kwargs)
+        if env and long and kwargs.get("action") not in ("help", "version"):
+            action.env_var = env_name(long)
+            action.help = f"{action.help or ''} [env {action.env_var}]".strip()
+        return action
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+        from_env: list[str] = []
+        for action in self._actions:
+            var = getattr(action, "env_var", None)
+            if var is None or var not in os.environ or given.intersection(action.option_strings):
+                continue
+            from_env += self._env_args(action, var, os.environ[var])
+        return super().parse_known_args(from_env + args, namespace)
+
+    def _env_args(self, action: argparse.Action, var: str, value: str) -> list[str]:
+        """The command-line words an environment value stands for, after argparse's own checks of it."""
+        flag = action.option_strings[-1]
+        if action.nargs == 0:  # store_true and friends
+            if value.lower() not in TRUE_WORDS + FALSE_WORDS:
+                self.error(f"{var}={value!r}: expected one of {', '.join(TRUE_WORDS + FALSE_WORDS[:-1])}")
+            return [flag] if value.lower() in TRUE_WORDS else []
+        try:
+            converted = action.type(value) if action.type else value
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            self.error(f"{var}={value!r}: invalid value for {flag} ({exc})")
+        if action.choices is not None and converted not in action.choices:
+            self.error(f"{var}={value!r}: must be one of {', '.join(map(str, action.choices))}")
+        return [f"{flag}={value}"]
 
 
 def service_parser(name: str, default_port: int) -> FlagParser:
@@ -34,13 +68,13 @@ def service_parser(name: str, default_port: int) -> FlagParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return parser
 
 
 def add_model_flags(parser: FlagParser) -> None:
-    parser.add_argument("--model", default=None, help="GGUF path (default: SmolLM2-135M-Instruct)")
-    parser.add_argument("--block-tokens", type=int, default=16, help="tokens per KV block")
+    parser.add_argument("--model", default=None, help="GGUF path, or 'synthetic' (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--block-tokens", type=int, default=DEFAULT_BLOCK_TOKENS, help="tokens per KV block")
 
 
 def split_targets(targets: str | None) -> list[str]:

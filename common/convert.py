@@ -1,4 +1,9 @@
-"""Conversions between the wire messages and the runtime's types, in one place for every service."""
+"""Conversions between the wire messages and the runtime's types, in one place for every service.
+
+The sampling message and :class:`engine.params.SamplingParams` carry the same fields under the same names, so the
+conversion walks the message's descriptor instead of listing the fields again (tests/test_protos.py checks the two
+field lists stay equal).
+"""
 
 from __future__ import annotations
 
@@ -6,44 +11,31 @@ from engine.params import SamplingParams
 from engine.stop import StepResult
 from protos import common_pb2
 
+_SAMPLING_FIELDS = common_pb2.SamplingParams.DESCRIPTOR.fields
+
 
 def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
-    """Wire -> runtime. Unset optional fields keep the runtime's defaults. Does not validate."""
-    defaults = SamplingParams()
-
-    def opt(name: str):
-        return getattr(msg, name) if msg.HasField(name) else getattr(defaults, name)
-
-    return SamplingParams(
-        max_tokens=opt("max_tokens"),
-        min_tokens=msg.min_tokens,
-        temperature=opt("temperature"),
-        top_k=msg.top_k,
-        top_p=opt("top_p"),
-        min_p=msg.min_p,
-        seed=msg.seed if msg.HasField("seed") else None,
-        repetition_penalty=opt("repetition_penalty"),
-        presence_penalty=msg.presence_penalty,
-        frequency_penalty=msg.frequency_penalty,
-        stop=list(msg.stop),
-        stop_token_ids=list(msg.stop_token_ids),
-        ignore_eos=msg.ignore_eos,
-        include_stop_str_in_output=msg.include_stop_str_in_output,
-        repetition_max_repeats=msg.repetition_max_repeats,
-        repetition_max_period=opt("repetition_max_period"),
-    )
+    """Wire -> runtime. An unset optional field keeps the runtime's default. Does not validate."""
+    values = {}
+    for f in _SAMPLING_FIELDS:
+        if f.has_presence and not msg.HasField(f.name):
+            continue
+        value = getattr(msg, f.name)
+        values[f.name] = list(value) if f.is_repeated else value
+    return SamplingParams(**values)
 
 
-def sampling_to_proto(p: SamplingParams) -> common_pb2.SamplingParams:
-    msg = common_pb2.SamplingParams(
-        max_tokens=p.max_tokens, min_tokens=p.min_tokens, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
-        min_p=p.min_p, repetition_penalty=p.repetition_penalty, presence_penalty=p.presence_penalty,
-        frequency_penalty=p.frequency_penalty, stop=p.stop, stop_token_ids=p.stop_token_ids, ignore_eos=p.ignore_eos,
-        include_stop_str_in_output=p.include_stop_str_in_output, repetition_max_repeats=p.repetition_max_repeats,
-        repetition_max_period=p.repetition_max_period,
-    )
-    if p.seed is not None:
-        msg.seed = p.seed
+def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
+    """Runtime -> wire; a None (e.g. no seed) stays unset."""
+    msg = common_pb2.SamplingParams()
+    for f in _SAMPLING_FIELDS:
+        value = getattr(params, f.name)
+        if value is None:
+            continue
+        if f.is_repeated:
+            getattr(msg, f.name).extend(value)
+        else:
+            setattr(msg, f.name, value)
     return msg
 
 

@@ -101,15 +101,3 @@ async def serve(
         if asyncio.iscoroutine(result):
             await result
     await server.stop(grace_s)
-
-
-async def serve_worker(name: str, args, register: Callable[[grpc.aio.Server], Iterable[str]], step_loop,
-                       kv_client=None) -> None:
-    """A model worker: its stepping thread runs while the server does; both stop (and the kvstore client closes)."""
-    step_loop.start()
-    try:
-        await serve(name, args.port, register, args.metrics_port, args.host)
-    finally:
-        step_loop.stop()
-        if kv_client is not None:
-            await kv_client.close()

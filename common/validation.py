@@ -1,10 +1,16 @@
-"""Request checks shared by the router and the workers. Each raises InvalidParameter naming the field and limit."""
+"""Request checks shared by the services. Each raises InvalidParameter naming the field and limit.
+
+A worker checks a request once, where it enters (:func:`check_worker_request`); the router checks what clients send
+and forwards the sampling message unchanged.
+"""
 
 from __future__ import annotations
 
 import grpc
 
-from engine.params import InvalidParameter, SamplingParams
+from common.convert import sampling_from_proto
+from engine.params import InvalidParameter, SamplingParams, validate_request
+from protos import common_pb2
 
 MAX_REQUEST_ID_CHARS = 128
 
@@ -15,23 +21,11 @@ def check_request_id(request_id: str) -> str:
     return request_id
 
 
-def check_token_ids(ids, vocab_size: int, field: str = "token_ids") -> list[int]:
-    ids = list(ids)
-    if not ids:
-        raise InvalidParameter(field, "prompt is empty")
-    bad = next((t for t in ids if t >= vocab_size), None)
-    if bad is not None:
-        raise InvalidParameter(field, f"token id {bad} is outside the vocabulary (0..{vocab_size - 1})")
-    return ids
-
-
-def check_fits_context(prompt_len: int, params: SamplingParams, context_length: int) -> None:
-    if prompt_len >= context_length:
-        raise InvalidParameter("prompt", f"{prompt_len} tokens leave no room in the context length {context_length}")
-    if prompt_len + params.max_tokens > context_length:
-        raise InvalidParameter(
-            "max_tokens", f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) exceeds the context "
-                          f"length {context_length}; at most {context_length - prompt_len} fits")
+def check_worker_request(request_id: str, prompt_ids, sampling: common_pb2.SamplingParams, vocab_size: int,
+                         context_length: int, ids_field: str) -> tuple[list[int], SamplingParams]:
+    """What every worker checks of a request: its id, prompt ids and sampling parameters, against its model."""
+    check_request_id(request_id)
+    return validate_request(prompt_ids, sampling_from_proto(sampling), vocab_size, context_length, ids_field)
 
 
 async def abort_invalid(context: grpc.aio.ServicerContext, exc: InvalidParameter) -> None:

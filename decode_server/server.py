@@ -9,17 +9,17 @@ import time
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.config import add_model_flags, service_parser, split_targets
-from common.convert import sampling_from_proto, token_step
+from common.convert import token_step
 from common.metrics import STEP_BUCKETS
-from common.server import serve_worker, setup_logging
-from common.validation import abort_invalid, check_fits_context, check_request_id, check_token_ids
-from decode_server.scheduler import DecodeJob, DecodeScheduler
+from common.validation import abort_invalid, check_worker_request
+from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
+from engine.kv_budget import KVBudgetExceeded
 from engine.params import InvalidParameter
-from engine.runtime import Runtime
-from perfmodel.clock import add_perf_flags, clock_from_args
+from engine.runtime import DEFAULT_SLAB_TOKENS
+from engine.scheduler import Role
+from engine.sequence import Sequence
 from kvstore.client import KVIntegrityError, KVStoreClient
-from protos import common_pb2, decode_pb2, decode_pb2_grpc
+from protos import decode_pb2, decode_pb2_grpc
 
 log = logging.getLogger("pdserve.decode")
 
@@ -34,34 +34,27 @@ PREEMPTIONS = Gauge("pdserve_decode_num_preemptions", "Sequences preempted (KV d
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, runtime: Runtime, scheduler: DecodeScheduler, kv: KVStoreClient | None,
-                 max_queue: int, kv_link: str = "nvlink") -> None:
-        self.runtime = runtime
-        self.scheduler = scheduler
-        self.kv_link = kv_link
+    def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink") -> None:
+        self.worker = worker
+        self.runtime = worker.runtime
         self.kv = kv
-        self.max_queue = max_queue
-        self.active = 0
+        self.kv_link = kv_link
+        s = worker.scheduler
+        RUNNING.set_function(lambda: len(s.running))
+        WAITING.set_function(lambda: len(s.waiting))
+        KV_USAGE.set_function(lambda: s.budget.usage)
+        PREEMPTIONS.set_function(lambda: s.num_preemptions)
 
     async def GetLoad(self, request, context):
-        s = self.scheduler
-        RUNNING.set(s.n_running)
-        WAITING.set(s.n_waiting)
-        KV_USAGE.set(s.blocks_used / s.blocks.total_blocks)
-        PREEMPTIONS.set(s.preemptions)
-        return common_pb2.WorkerLoad(waiting=s.n_waiting, running=s.n_running, kv_blocks_used=s.blocks_used,
-                                     kv_blocks_total=s.blocks.total_blocks,
-                                     model_fingerprint=self.runtime.config.fingerprint)
+        return self.worker.load()
 
-    def _validate(self, request):
+    def _validate(self, request) -> tuple[list[int], object]:
         rt = self.runtime
-        check_request_id(request.request_id)
-        prompt = check_token_ids(request.prompt_ids, rt.tokenizer.vocab_size, "prompt_ids")
-        params = sampling_from_proto(request.sampling).validate(rt.tokenizer.vocab_size)
-        check_fits_context(len(prompt), params, rt.config.context_length)
+        prompt, params = check_worker_request(request.request_id, request.prompt_ids, request.sampling,
+                                              rt.config.vocab_size, rt.config.context_length, "prompt_ids")
         if request.colocated:
             return prompt, params
-        if request.first_token >= rt.tokenizer.vocab_size:
+        if request.first_token >= rt.config.vocab_size:
             raise InvalidParameter("first_token", f"{request.first_token} is outside the vocabulary")
         kv = request.kv
         if not kv.block_keys:
@@ -76,7 +69,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
         return prompt, params
 
-    async def _fetch(self, seq, handle) -> tuple[float, float]:
+    async def _fetch(self, seq: Sequence, handle) -> tuple[float, float]:
         """Import the request's blocks; returns (wall seconds, modeled transfer seconds)."""
         start = time.perf_counter()
         blocks = await self.kv.get(list(handle.block_keys))
@@ -84,104 +77,84 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             seq.kv.append_block(block.data, block.token_count)
         if seq.kv.length != handle.token_count:
             raise KVIntegrityError(f"blocks hold {seq.kv.length} tokens, the handle says {handle.token_count}")
-        modeled = await self.scheduler.clock.pace_transfer(handle.token_count, self.kv_link,
-                                                           time.perf_counter() - start)
+        modeled = await self.worker.clock.pace_transfer(handle.token_count, self.kv_link, time.perf_counter() - start)
         elapsed = time.perf_counter() - start
         KV_FETCH.observe(elapsed)
-        try:  # we have our copy: the blocks may be evicted now
-            await self.kv.release(handle.lease_id, timeout=5)
-        except grpc.aio.AioRpcError as exc:
-            log.warning("lease %s not released: %s (it will expire)", handle.lease_id, exc.details())
+        await self.kv.release_quietly(handle.lease_id)  # we have our copy: the blocks may be evicted now
         return elapsed, modeled
 
     async def Decode(self, request, context):
         try:
             prompt, params = self._validate(request)
+            seq = self.runtime.new_sequence(prompt, params, request.request_id)
+            if not request.colocated:
+                seq.continue_from(request.first_token)
         except InvalidParameter as exc:
             await abort_invalid(context, exc)
-        if self.active >= self.max_queue:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"decode worker is full ({self.active} of {self.max_queue} requests)")
-        self.active += 1
-        job = None
+        try:
+            with self.worker.admission():
+                async for chunk in self._decode(seq, request, context):
+                    yield chunk
+        except WorkerFull as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"decode {exc}")
+
+    async def _decode(self, seq: Sequence, request, context):
+        fetch_s = transfer_modeled_s = 0.0
+        if not request.colocated:
+            try:
+                fetch_s, transfer_modeled_s = await self._fetch(seq, request.kv)
+            except (KVIntegrityError, ValueError) as exc:
+                await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"kvstore: {exc.details()}")
+        try:
+            job = self.worker.submit(seq)
+        except KVBudgetExceeded as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"decode: {exc}")
         finished = False
         try:
-            seq = self.runtime.new_sequence(prompt, params, request.request_id)
-            fetch_s = transfer_modeled_s = 0.0
-            if not request.colocated:
-                try:
-                    fetch_s, transfer_modeled_s = await self._fetch(seq, request.kv)
-                except (KVIntegrityError, ValueError) as exc:
-                    await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
-                except grpc.aio.AioRpcError as exc:
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"kvstore: {exc.details()}")
-                seq.sampler.record(request.first_token)
-                replay = seq.append_token(request.first_token)  # replays the stop rules prefill applied to it
-                if replay.finished:  # nothing left to generate (the router normally finishes these itself)
-                    finished = True
-                    step = token_step([], replay)
-                    step.text = ""  # prefill already streamed the first token's text
-                    yield decode_pb2.DecodeChunk(step=step, kv_fetch_wall_s=fetch_s)
-                    return
-            loop = asyncio.get_running_loop()
-            job = DecodeJob(seq, loop, asyncio.Queue(), needs_prefill=request.colocated)
-            self.scheduler.submit(job)
             first_chunk = True
             while not finished:
-                item = await job.queue.get()
-                if isinstance(item, BaseException):
-                    await context.abort(grpc.StatusCode.INTERNAL, f"decode failed: {item}")
-                token_ids, result = item
+                event = await job.events.get()
+                if isinstance(event, BaseException):
+                    REQUESTS.labels("error").inc()
+                    finished = True
+                    await context.abort(grpc.StatusCode.INTERNAL, f"decode failed: {event}")
+                token_ids, result = event
                 chunk = decode_pb2.DecodeChunk(step=token_step(token_ids, result))
                 if first_chunk:
-                    chunk.kv_fetch_wall_s = fetch_s
-                    chunk.kv_transfer_modeled_s = transfer_modeled_s
-                    chunk.queue_wall_s = (job.admitted_at or job.enqueued_at) - job.enqueued_at
-                    chunk.queue_modeled_s = job.queue_modeled_s
-                    chunk.prefill_modeled_s = job.prefill_modeled_s
+                    self._first_chunk_timings(chunk, job, fetch_s, transfer_modeled_s)
                     first_chunk = False
                 finished = result.finished
-                if finished:
-                    chunk.decode_modeled_s = job.decode_modeled_s
                 GENERATED.inc(len(token_ids))
                 if finished:
+                    chunk.decode_modeled_s = job.decode_modeled_s
                     REQUESTS.labels(result.finish_reason.value).inc()
                 yield chunk
         finally:
-            self.active -= 1
-            if job is not None and not finished:  # the caller went away: free the sequence within a step
-                job.cancelled = True
-                self.scheduler.thread.wake()
+            if not finished:  # the caller went away: free the sequence now, or right after the running step
+                self.worker.cancel(job)
                 REQUESTS.labels("abort").inc()
+
+    @staticmethod
+    def _first_chunk_timings(chunk: decode_pb2.DecodeChunk, job: Job, fetch_s: float, transfer_modeled_s: float) -> None:
+        chunk.kv_fetch_wall_s = fetch_s
+        chunk.kv_transfer_modeled_s = transfer_modeled_s
+        chunk.queue_wall_s = job.queue_wall_s
+        chunk.queue_modeled_s = job.queue_modeled_s
+        chunk.prefill_modeled_s = job.prefill_modeled_s
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = service_parser("decode_server", 50071)
-    add_model_flags(parser)
-    parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
+    parser = worker_parser("decode_server", 50071, max_queue=512)
     parser.add_argument("--kv-blocks", type=int, default=4096, help="KV cache budget in blocks")
-    parser.add_argument("--max-num-seqs", type=int, default=64, help="largest running batch")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=2048,
-                        help="token budget for prefill/recompute done in this worker per step")
-    parser.add_argument("--slab-tokens", type=int, default=2048,
+    parser.add_argument("--slab-tokens", type=int, default=DEFAULT_SLAB_TOKENS,
                         help="sequences up to this length share the batched-attention slab")
-    parser.add_argument("--max-queue", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
-    add_perf_flags(parser)
     args = parser.parse_args(argv)
-    setup_logging(args.log_level)
-    runtime = Runtime.load(args.model, args.block_tokens)
-    scheduler = DecodeScheduler(runtime, clock_from_args(args), args.kv_blocks, args.max_num_seqs,
-                                args.max_num_batched_tokens, args.slab_tokens)
+    worker = build_worker(args, Role.DECODE, kv_blocks=args.kv_blocks, slab_tokens=args.slab_tokens)
 
-    async def run() -> None:
-        targets = split_targets(args.kvstore)
-        kv = KVStoreClient(targets) if targets else None
-        service = DecodeService(runtime, scheduler, kv, args.max_queue, args.kv_link)
+    def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
+        decode_pb2_grpc.add_DecodeServicer_to_server(DecodeService(worker, kv, args.kv_link), server)
+        return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
 
-        def register(server):
-            decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
-            return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
-
-        await serve_worker("decode", args, register, scheduler, kv)
-
-    asyncio.run(run())
+    asyncio.run(run_worker("decode", args, worker, register))

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from engine.kv_cache import KVSlab
 from engine.params import SamplingParams
 from engine.runtime import Runtime
 
@@ -57,15 +56,14 @@ def bench_decode(runtime: Runtime, batch: int, context: int, steps: int) -> Benc
     params = SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)
     seqs = [runtime.new_sequence(rng.integers(3, vocab, context).tolist(), params) for _ in range(batch)]
     runtime.prefill([(s, context) for s in seqs])
-    slab = KVSlab(runtime.config, max_slots=batch, max_tokens=context + steps + 2, block_tokens=runtime.block_tokens)
-    for s in seqs:  # as a decode worker holds its running batch
-        slab.add(s.kv, context + steps + 2)
-    runtime.decode_step(seqs)  # warm-up
+    runtime.decode_step(seqs)  # warm-up; the batch joins the runtime's slab as a decode worker's does
     step_times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         runtime.decode_step(seqs)
         step_times.append(time.perf_counter() - t0)
+    for s in seqs:
+        runtime.free(s)
     chain_times = [matmul_chain(runtime, batch, head_rows=batch) for _ in range(steps)]
     # the same statistic (median) for both, measured back to back
     engine_tps = batch / float(np.median(step_times))

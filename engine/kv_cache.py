@@ -2,8 +2,8 @@
 
 In memory a sequence keeps K and V per layer contiguously (``[layers, kv_heads, capacity, head_dim]``) so attention
 reads them as views without gathering. Capacity grows in whole blocks. On the wire the unit is a *block*:
-``[layers, 2, block_tokens, kv_heads, head_dim]`` float32, exactly the layout DESIGN.md fixes, so a block exported by
-prefill and imported by decode restores the same numbers bit for bit.
+``[layers, 2, block_tokens, kv_heads, head_dim]`` float32, so a block exported by prefill and imported by decode
+restores the same numbers bit for bit.
 """
 
 from __future__ import annotations
@@ -47,17 +47,18 @@ def block_nbytes(config: ModelConfig, tokens: int) -> int:
 
 
 class SequenceKV:
-    """K and V of one sequence for every layer: its own arrays, or a view of one slot of a :class:`KVSlab`."""
+    """K and V of one sequence for every layer: its own arrays, or a view of one slot of the :class:`KVSlab`.
+
+    ``slot`` is the sequence's slot in the runtime's slab, or None while it keeps private storage; the slab owns
+    membership and moves sequences in and out between steps, never during a forward.
+    """
 
     def __init__(self, config: ModelConfig, block_tokens: int = DEFAULT_BLOCK_TOKENS, capacity: int = 0) -> None:
         self.config = config
         self.block_tokens = block_tokens
         self.length = 0
-        self.slab: KVSlab | None = None
-        self.slot = -1
-        shape = (config.n_layers, config.n_kv_heads, 0, config.head_dim)
-        self.k = np.zeros(shape, dtype=np.float32)  # [layers, kv_heads, capacity, head_dim]
-        self.v = np.zeros(shape, dtype=np.float32)
+        self.slot: int | None = None
+        self.k = self.v = _empty(config)  # [layers, kv_heads, capacity, head_dim]
         if capacity:
             self.reserve(capacity)
 
@@ -70,14 +71,11 @@ class SequenceKV:
         return -(-self.length // self.block_tokens)
 
     def reserve(self, tokens: int) -> None:
-        """Make room for ``tokens`` tokens in total, growing by at least doubling (amortized O(1) appends)."""
+        """Make room for ``tokens`` tokens in private storage, growing by at least doubling (amortized O(1))."""
         if tokens <= self.capacity:
             return
-        if self.slab is not None:
-            if tokens <= self.slab.max_tokens:
-                self.slab.grow(tokens)
-                return
-            self.slab.remove(self, keep=True)  # too long for the shared slab: continue on private storage
+        if self.slot is not None:
+            raise RuntimeError("a slab member grows through its slab (KVSlab.grow), not on its own")
         new_cap = max(tokens, 2 * self.capacity)
         new_cap = -(-new_cap // self.block_tokens) * self.block_tokens
         c = self.config
@@ -87,6 +85,13 @@ class SequenceKV:
         k[:, :, :self.length] = self.k[:, :, :self.length]
         v[:, :, :self.length] = self.v[:, :, :self.length]
         self.k, self.v = k, v
+
+    def clear(self) -> None:
+        """Drop the cached tokens and their memory (a preempted or finished sequence outside the slab)."""
+        if self.slot is not None:
+            raise RuntimeError("a slab member is freed by its slab (KVSlab.remove)")
+        self.k = self.v = _empty(self.config)
+        self.length = 0
 
     def write(self, layer: int, start: int, k_new: np.ndarray, v_new: np.ndarray) -> None:
         """Store K, V for positions start.. of one layer. k_new, v_new: [n, kv_heads, head_dim]."""
@@ -123,17 +128,18 @@ class SequenceKV:
         self.v[:, :, s:s + tokens] = kv[:, 1].transpose(0, 2, 1, 3)
         self.length += tokens
 
-    def truncate(self, tokens: int) -> None:
-        self.length = min(self.length, tokens)
+
+def _empty(config: ModelConfig) -> np.ndarray:
+    return np.zeros((config.n_layers, config.n_kv_heads, 0, config.head_dim), dtype=np.float32)
 
 
 class KVSlab:
     """Shared storage for the KV of a running decode batch: ``[layers, slots, kv_heads, capacity, head_dim]``.
 
-    Running sequences occupy slots 0..n-1 with no gaps (removal moves the last one into the hole), so one decode step
-    reads every sequence's K and V as a single strided view and attention becomes one batched matmul instead of a
-    Python loop over sequences. The price is padding to the longest member; sequences that outgrow ``max_tokens``
-    leave the slab for private storage and are attended to one by one.
+    Members occupy slots 0..n-1 with no gaps (removal moves the last one into the hole), so a decode step over the
+    whole batch reads every sequence's K and V as a single strided view and attention becomes one batched matmul
+    instead of a Python loop over sequences. The price is padding to the longest member; a sequence longer than
+    ``max_tokens`` keeps private storage and is attended to on its own.
     """
 
     def __init__(self, config: ModelConfig, max_slots: int, max_tokens: int = 2048,
@@ -155,22 +161,24 @@ class KVSlab:
     def capacity(self) -> int:
         return self.k.shape[3]
 
+    def holds(self, kv: SequenceKV) -> bool:
+        return kv.slot is not None and kv.slot < len(self.members) and self.members[kv.slot] is kv
+
     def can_add(self, tokens: int) -> bool:
         return len(self.members) < self.max_slots and tokens <= self.max_tokens
 
     def _attach(self, kv: SequenceKV, slot: int) -> None:
-        kv.slab, kv.slot = self, slot
+        kv.slot = slot
         kv.k, kv.v = self.k[:, slot], self.v[:, slot]
 
-    def add(self, kv: SequenceKV, tokens: int | None = None) -> None:
-        """Move ``kv`` into the next free slot, with room for ``tokens`` tokens (default: its length + 1)."""
-        if kv.slab is not None:
+    def add(self, kv: SequenceKV, tokens: int) -> None:
+        """Move ``kv`` into the next free slot, with room for ``tokens`` tokens."""
+        if kv.slot is not None:
             raise ValueError("sequence is already in a slab")
-        need = max(tokens or 0, kv.length + 1)
-        if not self.can_add(need):
-            raise ValueError(f"slab is full ({len(self.members)} of {self.max_slots} slots) or {need} tokens "
+        if not self.can_add(tokens):
+            raise ValueError(f"slab is full ({len(self.members)} of {self.max_slots} slots) or {tokens} tokens "
                              f"exceed its {self.max_tokens}-token limit")
-        self.grow(need)
+        self.grow(max(tokens, kv.length))
         slot = len(self.members)
         n = kv.length
         self.k[:, slot, :, :n] = kv.k[:, :, :n]
@@ -179,16 +187,15 @@ class KVSlab:
         self._attach(kv, slot)
 
     def remove(self, kv: SequenceKV, keep: bool = False) -> None:
-        """Free ``kv``'s slot; with ``keep`` the sequence takes a private copy of its KV along."""
-        slot = kv.slot
-        if kv.slab is not self or self.members[slot] is not kv:
+        """Free ``kv``'s slot; with ``keep`` the sequence takes a private copy of its KV along, else it is emptied."""
+        if not self.holds(kv):
             raise ValueError("sequence is not in this slab")
+        slot = kv.slot
         if keep:
             kv.k, kv.v = kv.k.copy(), kv.v.copy()
-        else:
-            kv.k = kv.v = np.zeros((self.config.n_layers, self.config.n_kv_heads, 0, self.config.head_dim), np.float32)
-            kv.length = 0
-        kv.slab, kv.slot = None, -1
+        kv.slot = None
+        if not keep:
+            kv.clear()
         last = self.members.pop()
         if last is not kv:  # keep slots dense: the last member moves into the hole
             n = last.length
@@ -198,8 +205,11 @@ class KVSlab:
             self._attach(last, slot)
 
     def grow(self, tokens: int) -> None:
+        """Room for ``tokens`` tokens in every slot (at most ``max_tokens``)."""
         if tokens <= self.capacity:
             return
+        if tokens > self.max_tokens:
+            raise ValueError(f"{tokens} tokens exceed the slab's {self.max_tokens}-token limit")
         new_cap = min(self.max_tokens, max(tokens, 2 * self.capacity))
         new_cap = -(-new_cap // self.block_tokens) * self.block_tokens
         old_k, old_v = self.k, self.v
@@ -209,3 +219,22 @@ class KVSlab:
         self.v[:, :n, :, :old_v.shape[3]] = old_v[:, :n]
         for slot, member in enumerate(self.members):
             self._attach(member, slot)
+
+    def place(self, kv: SequenceKV, tokens: int) -> None:
+        """Before a decode step: make room for ``tokens`` tokens, in the slab if they fit, else in private storage."""
+        if self.holds(kv):
+            if tokens <= self.max_tokens:
+                self.grow(tokens)
+                return
+            self.remove(kv, keep=True)  # outgrew the slab: continue on private storage
+        elif self.can_add(tokens):
+            self.add(kv, tokens)
+            return
+        kv.reserve(tokens)
+
+    def free(self, kv: SequenceKV) -> None:
+        """Release a sequence's KV memory, wherever it lives."""
+        if self.holds(kv):
+            self.remove(kv)
+        else:
+            kv.clear()

@@ -1,73 +1,41 @@
-"""In-process engine: continuous batching of prefill and decode in one process, no services.
+"""In-process engine: the scheduler in its ``both`` role and the runtime, in one process, no services.
 
-``pdserve generate --in-process``, the engine benchmark and the tests' reference outputs use it. The scheduling mirrors
-a vLLM-style loop: each :meth:`LLMEngine.step` either prefills waiting prompts (up to a token budget, long prompts in
-chunks) or runs one decode step over every running sequence.
+``pdserve generate --in-process``, the engine benchmark and the tests' reference outputs use it.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 
-from engine.kv_cache import KVSlab
-from engine.params import SamplingParams
+from engine.params import SamplingParams, validate_request
 from engine.runtime import Runtime
+from engine.scheduler import Role, Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.stop import StepResult
 
 
 class LLMEngine:
-    def __init__(self, runtime: Runtime, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048) -> None:
+    def __init__(self, runtime: Runtime, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
+                 kv_blocks: int | None = None) -> None:
         self.runtime = runtime
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
-        self.slab = KVSlab(runtime.config, max_slots=max_num_seqs, max_tokens=min(2048, runtime.config.context_length),
-                           block_tokens=runtime.block_tokens)
+        config = SchedulerConfig(Role.BOTH, max_num_seqs, max_num_batched_tokens, kv_blocks, runtime.block_tokens)
+        self.scheduler = Scheduler(config, runtime.free)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
+        c = self.runtime.config
+        prompt_ids, params = validate_request(prompt_ids, params, c.vocab_size, c.context_length)
         seq = self.runtime.new_sequence(prompt_ids, params, request_id)
-        self.waiting.append(seq)
+        self.scheduler.add(seq)
         return seq
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
-
-    def _schedule_prefill(self) -> list[tuple[Sequence, int]]:
-        budget = self.max_num_batched_tokens
-        chunks: list[tuple[Sequence, int]] = []
-        for seq in self.waiting:
-            if budget <= 0 or len(self.running) + len(chunks) >= self.max_num_seqs:
-                break
-            n = min(len(seq.prompt_ids) - seq.kv.length, budget)
-            chunks.append((seq, n))
-            budget -= n
-        return chunks
+        return self.scheduler.has_work()
 
     def step(self) -> list[tuple[Sequence, StepResult]]:
-        """One batched forward: prefill if prompts wait, else decode. Returns the tokens it produced."""
-        chunks = self._schedule_prefill()
-        if chunks:
-            events = []
-            for (seq, _), result in zip(chunks, self.runtime.prefill(chunks)):
-                if result is None:
-                    continue  # prompt not finished yet: stays first in line
-                self.waiting.remove(seq)
-                events.append((seq, result))
-                if not result.finished:
-                    self.running.append(seq)
-                    if self.slab.can_add(seq.kv.length + 1):
-                        self.slab.add(seq.kv)
-            return events
-        results = self.runtime.decode_step(self.running)
-        events = list(zip(self.running, results))
-        for seq in self.running:
-            if seq.finished and seq.kv.slab is not None:
-                self.slab.remove(seq.kv)
-        self.running = [seq for seq in self.running if not seq.finished]
-        return events
+        """One scheduled step (prompt chunks, then a decode token for every running sequence); what it produced."""
+        step = self.scheduler.schedule()
+        output = self.runtime.execute(step)
+        return self.scheduler.postprocess(step, output)
 
     def stream(self) -> Iterator[tuple[Sequence, StepResult]]:
         while self.has_work():

@@ -2,7 +2,8 @@
 
 One ``forward`` serves both phases: prefill passes many new tokens per sequence (with whatever prefix is already in
 that sequence's cache), decode passes one. Every linear layer runs once over all tokens of all sequences of the step
-(``[N, hidden] @ W``); only attention, whose KV differs per sequence, loops over sequences.
+(``[N, hidden] @ W``). Attention follows an :class:`AttentionPlan` made once per forward: decode rows whose KV sits in
+the shared slab attend in one batched matmul, every other sequence on its own.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
-from engine.kv_cache import SequenceKV
+from dataclasses import dataclass
+
+from engine.kv_cache import KVSlab, SequenceKV
 
 F32 = np.float32
 
@@ -84,7 +87,7 @@ class LlamaModel:
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
 
-    # --- entry points the services call ------------------------------------------------------------------------
+    # --- entry points the runtime calls ------------------------------------------------------------------------
     def prefill(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
         """Run each sequence's new tokens after whatever prefix its cache already holds.
 
@@ -94,74 +97,55 @@ class LlamaModel:
             raise ValueError("prefill needs one non-empty token list per cache")
         return self.forward(caches, new_tokens)
 
-    def decode_step(self, caches: list[SequenceKV], tokens: list[int]) -> np.ndarray:
-        """One new token per running sequence; returns logits [batch, vocab]."""
-        return self.forward(caches, [[t] for t in tokens])
+    def decode_step(self, caches: list[SequenceKV], tokens: list[int], slab: KVSlab | None = None) -> np.ndarray:
+        """One new token per running sequence; returns logits [batch, vocab]. Members of ``slab`` attend batched."""
+        return self.forward(caches, [[t] for t in tokens], slab)
 
     # --- the forward pass --------------------------------------------------------------------------------------
-    def forward(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
+    def forward(self, caches: list[SequenceKV], new_tokens: list[list[int]], slab: KVSlab | None = None) -> np.ndarray:
         c, w = self.config, self.weights
-        counts = [len(t) for t in new_tokens]
-        starts = [kv.length for kv in caches]
-        for kv, start, n in zip(caches, starts, counts):
-            if start + n > c.context_length:
-                raise ValueError(f"sequence of {start + n} tokens exceeds the context length {c.context_length}")
-            kv.reserve(start + n)
         flat = np.fromiter((t for seq in new_tokens for t in seq), dtype=np.int64)
         if flat.size and (flat.min() < 0 or flat.max() >= c.vocab_size):
             raise ValueError(f"token id outside 0..{c.vocab_size - 1}")
-        positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])
-        offsets = np.cumsum([0] + counts)
-
-        # decode rows whose KV lives in a shared slab attend in one batched matmul; the rest one by one
-        slab = caches[0].slab if caches else None
-        batched = [i for i, kv in enumerate(caches) if slab is not None and kv.slab is slab and counts[i] == 1]
-        in_slab = set(batched)
-        single = [i for i in range(len(caches)) if i not in in_slab]
-        if batched:
-            rows = offsets[batched]  # one row per batched sequence
-            slots = np.array([caches[i].slot for i in batched])
-            lengths = np.array([starts[i] + 1 for i in batched])
-            dense = bool(np.array_equal(slots, np.arange(len(slots))))
-        all_batched = len(batched) == len(caches)
-
-        x = w.token_embedding[flat]  # [N, hidden] (a fresh copy: updated in place below)
+        plan = AttentionPlan.build(caches, [len(t) for t in new_tokens], slab, c.context_length)
         q_width = c.n_heads * c.head_dim
         kv_width = c.n_kv_heads * c.head_dim
         heads_qk = c.n_heads + c.n_kv_heads
-        cos, sin = self.rope.tables(positions)
+        cos, sin = self.rope.tables(plan.positions)
+
+        x = w.token_embedding[flat]  # [N, hidden] (a fresh copy: updated in place below)
         for layer, lw in enumerate(w.layers):
             # attention block
             h = rms_norm(x, None, self.eps)  # attn_norm gain is folded into wqkv
             qkv = h @ lw.wqkv  # [N, q_width + 2 * kv_width]
-            # RoPE on Q and K heads together: [N, H + KVH, D]
             qk = RotaryEmbedding.apply(qkv[:, :q_width + kv_width].reshape(-1, heads_qk, c.head_dim), cos, sin)
             q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]  # [N, H, D], [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
-            if batched:  # a pure decode step over the slab takes the rows as they are: no gather, no scatter
-                sel = slice(None) if all_batched else rows
-                slab.k[layer, slots, :, lengths - 1] = k[sel]
-                slab.v[layer, slots, :, lengths - 1] = v[sel]
-                slab_out = self._attend_slab(q[sel], slab, layer, slots, lengths, dense)
-            if all_batched:
-                attn = slab_out
-            else:
-                attn = np.empty((flat.size, q_width), dtype=F32)
-                if batched:
-                    attn[rows] = slab_out
-            for i in single:
-                lo, hi = offsets[i], offsets[i + 1]
-                caches[i].write(layer, starts[i], k[lo:hi], v[lo:hi])
-                attn[lo:hi] = self._attend(q[lo:hi], caches[i], layer, starts[i])
+            attn = self._attention(plan, layer, q, k, v)  # [N, H * D]
             x += attn @ lw.wo
             # feed-forward block (SwiGLU)
             h = rms_norm(x, None, self.eps)  # ffn_norm gain is folded into w_gate_up
             gate_up = h @ lw.w_gate_up  # [N, 2 * ffn]
             x += silu_mul(gate_up[:, :c.ffn_hidden], gate_up[:, c.ffn_hidden:]) @ lw.w_down
-        for kv, n in zip(caches, counts):
+        for kv, n in zip(caches, plan.counts):
             kv.length += n
-        last = x[offsets[1:] - 1]  # [n_sequences, hidden]
+        last = x[plan.offsets[1:] - 1]  # [n_sequences, hidden]
         return rms_norm(last, w.output_norm, self.eps) @ w.output  # [n_sequences, vocab]
+
+    def _attention(self, plan: AttentionPlan, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Write this layer's new K, V into the caches and attend, as the plan says. q: [N, H, D]; k, v: [N, KVH, D]."""
+        c = self.config
+        if plan.all_slab:  # a pure decode step over the slab takes the rows as they are: no gather, no scatter
+            return self._attend_slab(q, k, v, plan, layer)
+        attn = np.empty((q.shape[0], c.n_heads * c.head_dim), dtype=F32)
+        if plan.slab_rows.size:
+            rows = plan.slab_rows
+            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer)
+        for i, lo, hi in plan.singles:
+            kv, start = plan.caches[i], plan.starts[i]
+            kv.write(layer, start, k[lo:hi], v[lo:hi])
+            attn[lo:hi] = self._attend(q[lo:hi], kv, layer, start)
+        return attn
 
     def _attend(self, q: np.ndarray, kv: SequenceKV, layer: int, start: int) -> np.ndarray:
         """Causal grouped-query attention of n new queries over start + n cached positions. q: [n, H, D]."""
@@ -184,20 +168,77 @@ class LlamaModel:
         out = probs @ values  # [KVH, g*n, D]
         return out.reshape(c.n_kv_heads, g, n, c.head_dim).transpose(2, 0, 1, 3).reshape(n, -1)
 
-    def _attend_slab(self, q: np.ndarray, slab, layer: int, slots: np.ndarray, lengths: np.ndarray,
-                     dense: bool) -> np.ndarray:
+    def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
+                     layer: int) -> np.ndarray:
         """One query per sequence over its slab slot, all sequences in one batched matmul. q: [B, H, D]."""
         c = self.config
+        slab, slots, lengths = plan.slab, plan.slots, plan.lengths
+        slab.k[layer, slots, :, lengths - 1] = k
+        slab.v[layer, slots, :, lengths - 1] = v
         b = q.shape[0]
         total = int(lengths.max())
-        if dense:  # slots 0..B-1 in order: a strided view, no copy
+        if plan.dense:  # slots 0..B-1 in row order: a strided view, no copy
             keys, values = slab.k[layer, :b, :, :total], slab.v[layer, :b, :, :total]  # [B, KVH, T, D]
         else:
             keys, values = slab.k[layer, slots, :, :total], slab.v[layer, slots, :, :total]
         qg = q.reshape(b, c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D], pre-scaled
         scores = qg @ keys.transpose(0, 1, 3, 2)  # [B, KVH, g, T]
-        padding = np.arange(total)[None, :] >= lengths[:, None]  # [B, T]: positions past each sequence's end
-        if padding.any():
-            scores = np.where(padding[:, None, None, :], -np.inf, scores).astype(F32, copy=False)
+        if plan.padding is not None:
+            scores = np.where(plan.padding[:, None, None, :], -np.inf, scores).astype(F32, copy=False)
         probs = softmax_lastdim(scores)
         return (probs @ values).reshape(b, -1)  # [B, KVH, g, D] -> [B, H*D]
+
+
+@dataclass
+class AttentionPlan:
+    """Who attends how in one forward, worked out once and read by every layer.
+
+    ``slab_rows`` are the batch rows (one per sequence) of single-token sequences held in the slab, in slot order,
+    with their ``slots`` and their ``lengths`` after this step; ``singles`` are (sequence index, first row, end row) of every
+    other sequence, attended to on its own.
+    """
+
+    caches: list[SequenceKV]
+    counts: list[int]
+    starts: list[int]
+    offsets: np.ndarray  # [n_sequences + 1]: first row of each sequence
+    positions: np.ndarray  # [N]: position of every new token
+    slab: KVSlab | None
+    slab_rows: np.ndarray
+    slots: np.ndarray
+    lengths: np.ndarray
+    dense: bool
+    padding: np.ndarray | None  # [B, T]: positions past each slab sequence's end, None when there are none
+    singles: list[tuple[int, int, int]]
+
+    @property
+    def all_slab(self) -> bool:
+        """Every row is a slab row, in slot order: attention reads and writes the rows as they are."""
+        return not self.singles and np.array_equal(self.slab_rows, np.arange(len(self.caches)))
+
+    @classmethod
+    def build(cls, caches: list[SequenceKV], counts: list[int], slab: KVSlab | None,
+              context_length: int) -> AttentionPlan:
+        starts = [kv.length for kv in caches]
+        for start, n in zip(starts, counts):
+            if start + n > context_length:
+                raise ValueError(f"sequence of {start + n} tokens exceeds the context length {context_length}")
+        offsets = np.cumsum([0] + counts)
+        positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])
+        in_slab = [slab is not None and n == 1 and slab.holds(kv) for kv, n in zip(caches, counts)]
+        for kv, start, n, member in zip(caches, starts, counts, in_slab):
+            if member and start + n > slab.capacity:
+                raise RuntimeError("slab members must be placed (KVSlab.place) before the forward")
+            if not member:
+                kv.reserve(start + n)
+        batched = sorted((i for i, member in enumerate(in_slab) if member), key=lambda i: caches[i].slot)
+        slots = np.array([caches[i].slot for i in batched], dtype=np.int64)  # ascending: dense when all are here
+        lengths = np.array([starts[i] + 1 for i in batched], dtype=np.int64)
+        total = int(lengths.max()) if batched else 0
+        padding = np.arange(total)[None, :] >= lengths[:, None]
+        return cls(
+            caches=caches, counts=counts, starts=starts, offsets=offsets, positions=positions, slab=slab,
+            slab_rows=offsets[batched] if batched else np.zeros(0, dtype=np.int64), slots=slots, lengths=lengths,
+            dense=bool(np.array_equal(slots, np.arange(len(slots)))),
+            padding=padding if padding.any() else None,
+            singles=[(i, offsets[i], offsets[i + 1]) for i, member in enumerate(in_slab) if not member])

@@ -1,7 +1,8 @@
 """Per-request generation parameters and their validation.
 
-Validation raises :class:`InvalidParameter` naming the field and the limit; the router turns it into
-INVALID_ARGUMENT. Defaults follow vLLM's SamplingParams where one exists.
+Validation raises :class:`InvalidParameter` naming the field and the limit; the services turn it into
+INVALID_ARGUMENT. Each hop validates once where a request enters it (router, workers, LLMEngine.add_request) with
+:func:`validate_request`; the runtime assumes valid parameters. Defaults follow vLLM's SamplingParams where one exists.
 """
 
 from __future__ import annotations
@@ -86,3 +87,31 @@ class SamplingParams:
         check(1 <= self.repetition_max_period <= 256, "repetition_max_period",
               f"must be in 1..256, got {self.repetition_max_period}")
         return self
+
+
+def check_token_ids(ids, vocab_size: int, field_name: str = "token_ids") -> list[int]:
+    ids = list(ids)
+    if not ids:
+        raise InvalidParameter(field_name, "prompt is empty")
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise InvalidParameter(field_name, f"token id {bad} is outside the vocabulary (0..{vocab_size - 1})")
+    return ids
+
+
+def check_fits_context(prompt_len: int, params: SamplingParams, context_length: int) -> None:
+    if prompt_len >= context_length:
+        raise InvalidParameter("prompt", f"{prompt_len} tokens leave no room in the context length {context_length}")
+    if prompt_len + params.max_tokens > context_length:
+        raise InvalidParameter(
+            "max_tokens", f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) exceeds the context "
+                          f"length {context_length}; at most {context_length - prompt_len} fits")
+
+
+def validate_request(prompt_ids, params: SamplingParams, vocab_size: int, context_length: int,
+                     ids_field: str = "token_ids") -> tuple[list[int], SamplingParams]:
+    """The one check of a generation request: prompt ids, sampling parameters, and both against the context."""
+    ids = check_token_ids(prompt_ids, vocab_size, ids_field)
+    params.validate(vocab_size)
+    check_fits_context(len(ids), params, context_length)
+    return ids, params

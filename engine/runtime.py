@@ -1,4 +1,9 @@
-"""The model runtime the services share: a model, its tokenizer, and the two batched phases over Sequences."""
+"""The model runtime every worker shares: a model, its tokenizer, the decode slab, and the batched phases over Sequences.
+
+The scheduler (engine/scheduler.py) decides what runs; the runtime runs it: ``prefill`` computes prompt chunks (and
+recomputes preempted sequences), ``decode_step`` one token for every running sequence, ``free`` releases a sequence's
+KV memory. It assumes valid parameters: requests are validated where they enter (router, workers, LLMEngine).
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,18 @@ import numpy as np
 
 from engine.default_model import resolve_model_path
 from engine.gguf_model import ModelConfig, load_gguf, read_metadata
-from engine.kv_cache import DEFAULT_BLOCK_TOKENS
+from engine.kv_cache import DEFAULT_BLOCK_TOKENS, KVSlab
 from engine.model import LlamaModel
 from engine.params import SamplingParams
 from engine.sampling import Sampler
+from engine.scheduler import Step, StepOutput
 from engine.sequence import Sequence
 from engine.stop import StepResult, StopChecker
 from engine.synthetic import SYNTHETIC_NAME, load_synthetic
 from engine.tokenizer import GGUFTokenizer, IncrementalDetokenizer
+
+DEFAULT_SLAB_SEQS = 64
+DEFAULT_SLAB_TOKENS = 2048
 
 
 def model_metadata(model: str | Path | None = None) -> tuple[GGUFTokenizer, ModelConfig, str]:
@@ -30,19 +39,24 @@ def model_metadata(model: str | Path | None = None) -> tuple[GGUFTokenizer, Mode
 
 
 class Runtime:
-    def __init__(self, model: LlamaModel, tokenizer: GGUFTokenizer, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
+    def __init__(self, model: LlamaModel, tokenizer: GGUFTokenizer, block_tokens: int = DEFAULT_BLOCK_TOKENS,
+                 slab_seqs: int = DEFAULT_SLAB_SEQS, slab_tokens: int = DEFAULT_SLAB_TOKENS) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.block_tokens = block_tokens
+        self.slab_seqs = slab_seqs
+        self.slab_tokens = min(slab_tokens, model.config.context_length)
+        self._slab: KVSlab | None = None
 
     @classmethod
-    def load(cls, model: str | Path | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> "Runtime":
+    def load(cls, model: str | Path | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS,
+             slab_seqs: int = DEFAULT_SLAB_SEQS, slab_tokens: int = DEFAULT_SLAB_TOKENS) -> "Runtime":
         """A GGUF path, None for the default SmolLM2, or "synthetic" for the compute-free backend."""
         if str(model) == SYNTHETIC_NAME:
             synthetic, tokenizer = load_synthetic()
-            return cls(synthetic, tokenizer, block_tokens)
+            return cls(synthetic, tokenizer, block_tokens, slab_seqs, slab_tokens)
         loaded = load_gguf(resolve_model_path(model))
-        return cls(LlamaModel(loaded), GGUFTokenizer(loaded.reader), block_tokens)
+        return cls(LlamaModel(loaded), GGUFTokenizer(loaded.reader), block_tokens, slab_seqs, slab_tokens)
 
     @property
     def config(self) -> ModelConfig:
@@ -52,10 +66,14 @@ class Runtime:
     def model_name(self) -> str:
         return self.config.name
 
+    @property
+    def slab(self) -> KVSlab:
+        """The running decode batch's shared KV storage, made on first use (a prefill worker never needs it)."""
+        if self._slab is None:
+            self._slab = KVSlab(self.config, self.slab_seqs, self.slab_tokens, self.block_tokens)
+        return self._slab
+
     def new_sequence(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
-        params.validate(self.tokenizer.vocab_size)
-        if not prompt_ids:
-            raise ValueError("prompt is empty")
         eos = self.tokenizer.eos_ids
         return Sequence(
             request_id=request_id or uuid.uuid4().hex,
@@ -68,53 +86,45 @@ class Runtime:
         )
 
     def prefill(self, chunks: list[tuple[Sequence, int]]) -> list[StepResult | None]:
-        """Run the next ``n`` prompt tokens of each sequence in one batched forward.
+        """Run the next ``n`` pending tokens of each sequence (Sequence.num_pending) in one batched forward.
 
-        A sequence whose prompt is now fully in its cache gets its first token sampled; the result for it is that
-        token's StepResult, and None for sequences with prompt left to process (chunked prefill).
+        A sequence whose prompt is now fully in its cache gets its first token sampled, and its result is that
+        token's StepResult. The result is None for a sequence with prompt left (chunked prefill) and for a
+        recomputed one (its tokens were sampled before preemption; decode feeds the newest next).
         """
-        caches, new_tokens = [], []
         for seq, n in chunks:
-            start = seq.kv.length
-            if n <= 0 or start + n > len(seq.prompt_ids):
-                raise ValueError(f"chunk of {n} tokens does not fit the {len(seq.prompt_ids) - start} prompt tokens left")
-            caches.append(seq.kv)
-            new_tokens.append(seq.prompt_ids[start:start + n])
-        logits = self.model.prefill(caches, new_tokens)
+            if not 0 < n <= seq.num_pending:
+                raise ValueError(f"chunk of {n} tokens does not fit the {seq.num_pending} pending tokens")
+        logits = self.model.prefill([seq.kv for seq, _ in chunks], [seq.pending_ids(n) for seq, n in chunks])
         results: list[StepResult | None] = []
-        for i, (seq, _) in enumerate(chunks):
-            if seq.kv.length == len(seq.prompt_ids):
-                results.append(seq.append_token(seq.sampler.sample(logits[i])))
-            else:
-                results.append(None)
+        for row, (seq, _) in zip(logits, chunks):
+            samples_first = not seq.output_ids and seq.kv.length == len(seq.prompt_ids)
+            results.append(seq.append_token(seq.sampler.sample(row)) if samples_first else None)
         return results
-
-    def recompute(self, seqs: list[Sequence]) -> None:
-        """Rebuild the KV of preempted sequences: every token but the last sampled one, which decode feeds next."""
-        for seq in seqs:
-            seq.kv.truncate(0)
-        self.model.prefill([s.kv for s in seqs], [s.all_ids[:-1] for s in seqs])
 
     def decode_step(self, seqs: list[Sequence]) -> list[StepResult]:
         """One token for every running sequence, in one batched forward (results in the order given)."""
-        order = sorted(range(len(seqs)), key=lambda i: (seqs[i].kv.slab is None, seqs[i].kv.slot))
-        if order != list(range(len(seqs))):  # slab members in slot order let attention read one strided view
-            results = self.decode_step([seqs[i] for i in order])
-            by_index = dict(zip(order, results))
-            return [by_index[i] for i in range(len(seqs))]
-        logits = self.model.decode_step([s.kv for s in seqs], [s.last_token for s in seqs])
+        slab = self.slab
+        for seq in seqs:
+            slab.place(seq.kv, seq.kv.length + 1)
+        logits = self.model.decode_step([s.kv for s in seqs], [s.last_token for s in seqs], slab)
         return [seq.append_token(token) for seq, token in zip(seqs, self._sample(seqs, logits))]
+
+    def execute(self, step: Step) -> StepOutput:
+        """Both phases of a scheduled step, prompt chunks first (what the in-process engine runs)."""
+        return StepOutput(self.prefill(step.prefills) if step.prefills else [],
+                          self.decode_step(step.decodes) if step.decodes else [])
+
+    def free(self, seq: Sequence) -> None:
+        """Release the sequence's KV memory (finished, aborted or preempted)."""
+        if self._slab is not None:
+            self._slab.free(seq.kv)
+        else:
+            seq.kv.clear()
 
     @staticmethod
     def _sample(seqs: list[Sequence], logits: np.ndarray) -> list[int]:
         """Next token per row; plain greedy rows come from one batched argmax instead of one call each."""
         greedy = np.argmax(logits, axis=1)
-        tokens = []
-        for i, seq in enumerate(seqs):
-            if seq.sampler.plain_greedy:
-                token = int(greedy[i])
-                seq.sampler.record(token)
-            else:
-                token = seq.sampler.sample(logits[i])
-            tokens.append(token)
-        return tokens
+        return [int(greedy[i]) if seq.sampler.plain_greedy else seq.sampler.sample(logits[i])
+                for i, seq in enumerate(seqs)]

@@ -31,7 +31,7 @@ class Sampler:
         return p.greedy and not self._uses_penalties and not (self.generated < p.min_tokens and self.min_tokens_gated.size)
 
     def sample(self, logits: np.ndarray) -> int:
-        """Pick the next token from logits [vocab] (float32) and record it."""
+        """Pick the next token from logits [vocab] (float32). The sequence records it (Sequence.append_token)."""
         p = self.params
         needs_copy = self._uses_penalties or (self.generated < p.min_tokens and self.min_tokens_gated.size)
         if needs_copy:
@@ -40,9 +40,7 @@ class Sampler:
             self._apply_penalties(logits)
         if self.generated < p.min_tokens and self.min_tokens_gated.size:
             logits[self.min_tokens_gated] = -np.inf
-        token = int(np.argmax(logits)) if p.greedy else self._draw(logits)
-        self.record(token)
-        return token
+        return int(np.argmax(logits)) if p.greedy else self._draw(logits)
 
     def record(self, token: int) -> None:
         """Count a token of this sequence's output (also one sampled in another process, e.g. by prefill)."""

@@ -1,11 +1,15 @@
-"""One request's generation state: its tokens, KV cache, sampler, detokenizer and stop rules."""
+"""One request's generation state: its tokens, KV cache, sampler, detokenizer and stop rules.
+
+The sequence is the one owner of token accounting: :meth:`Sequence.append_token` records a token into the sampler
+(penalties, seeded positions), the detokenizer and the stop rules, whoever sampled it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from engine.kv_cache import SequenceKV
-from engine.params import SamplingParams
+from engine.params import InvalidParameter, SamplingParams
 from engine.sampling import Sampler
 from engine.stop import FinishReason, StepResult, StopChecker
 from engine.tokenizer import IncrementalDetokenizer
@@ -40,13 +44,43 @@ class Sequence:
     def output_text(self) -> str:
         return self.stop.output_text
 
+    @property
+    def num_pending(self) -> int:
+        """Tokens whose KV must be computed before the next decode step.
+
+        Before the first token: the prompt (prefill). After it: every token but the newest, which the next decode step
+        feeds (zero for a running sequence; everything after preemption dropped the KV: recomputation).
+        """
+        target = len(self.prompt_ids) + max(0, len(self.output_ids) - 1)
+        return target - self.kv.length
+
+    def pending_ids(self, n: int) -> list[int]:
+        """The next ``n`` tokens to run through the model before decoding can (re)start."""
+        start = self.kv.length
+        return self.all_ids[start:start + n]
+
     def append_token(self, token_id: int) -> StepResult:
-        """Record a sampled token and apply the stop rules; returns the text that may be streamed now."""
+        """Record a token (sampled here or received from another worker) and apply the stop rules.
+
+        Returns the text that may be streamed now.
+        """
         self.output_ids.append(token_id)
-        result = self.stop.step(token_id, self.detokenizer.push(token_id))
+        self.sampler.record(token_id)
+        result = self.stop.step(self.output_ids, self.detokenizer.push(token_id))
         if result.finished:
             self.finish_reason, self.stop_reason = result.finish_reason, result.stop_reason
         return result
+
+    def continue_from(self, first_token: int) -> None:
+        """Take over a sequence whose first token another worker sampled (and whose text it already streamed).
+
+        The token goes through the same bookkeeping so that penalties, held-back text and stop rules continue
+        exactly; a token that already ends the request leaves nothing to continue.
+        """
+        result = self.append_token(first_token)
+        if result.finished:
+            raise InvalidParameter("first_token", f"it already ends the request (finish reason "
+                                                  f"{result.finish_reason.value}); there is nothing to decode")
 
     def abort(self, reason: FinishReason = FinishReason.ABORT) -> StepResult:
         result = self.stop.finish(reason)

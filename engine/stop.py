@@ -1,6 +1,7 @@
 """Stop rules: when a sequence ends and which text is safe to stream.
 
-Decode calls :meth:`StopChecker.step` once per new token with that token's text delta. The checker
+The sequence calls :meth:`StopChecker.step` once per new token with its output ids so far (the new token last) and
+that token's text delta. The checker
 
 - ends on EOS / end-of-turn (unless ``ignore_eos``) and on ``stop_token_ids``; their text is not emitted;
 - matches stop strings across token boundaries, searching only the new tail plus an overlap window;
@@ -48,7 +49,6 @@ class StopChecker:
         self.max_stop_len = max((len(s) for s in self.stops), default=0)
         self.prompt_len = prompt_len
         self.context_length = context_length
-        self.output_ids: list[int] = []
         self.text = ""  # all generated text so far (held-back part included)
         self.emitted = 0  # characters of self.text already streamed
 
@@ -68,10 +68,11 @@ class StopChecker:
         self.text = self.text[:end]
         return StepResult(self._emit(end), reason, stop_reason)
 
-    def step(self, token_id: int, text_delta: str) -> StepResult:
+    def step(self, output_ids: list[int], text_delta: str) -> StepResult:
+        """Apply the rules to the newest token, ``output_ids[-1]`` (the sequence's own list: read, never copied)."""
         p = self.params
-        self.output_ids.append(token_id)
-        generated = len(self.output_ids)
+        token_id = output_ids[-1]
+        generated = len(output_ids)
         past_min = generated > p.min_tokens
         if past_min and token_id in self.eos_ids:
             return self._finish(FinishReason.STOP, token_id)
@@ -88,7 +89,7 @@ class StopChecker:
                 return self._finish(FinishReason.STOP, stop, end)
         if generated >= p.max_tokens or self.prompt_len + generated >= self.context_length:
             return self._finish(FinishReason.LENGTH)
-        if p.repetition_max_repeats and self._repeats_loop():
+        if p.repetition_max_repeats and self._repeats_loop(output_ids):
             return self._finish(FinishReason.REPETITION)
         return StepResult(self._emit(len(self.text) - self._holdback()))
 
@@ -117,8 +118,7 @@ class StopChecker:
                 return len(suffix)
         return 0
 
-    def _repeats_loop(self) -> bool:
-        ids = self.output_ids
+    def _repeats_loop(self, ids: list[int]) -> bool:
         times = self.params.repetition_max_repeats + 1  # "more than N repeats" = N + 1 copies in a row
         for period in range(1, self.params.repetition_max_period + 1):
             span = period * times

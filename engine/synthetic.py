@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.default_model import default_model_path
 from engine.gguf_model import ModelConfig, read_metadata
-from engine.kv_cache import SequenceKV
+from engine.kv_cache import KVSlab, SequenceKV
 from engine.tokenizer import GGUFTokenizer
 
 SYNTHETIC_NAME = "synthetic"
@@ -80,7 +80,8 @@ class SyntheticModel:
     def prefill(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
         return self.forward(caches, new_tokens)
 
-    def decode_step(self, caches: list[SequenceKV], tokens: list[int]) -> np.ndarray:
+    def decode_step(self, caches: list[SequenceKV], tokens: list[int], slab: KVSlab | None = None) -> np.ndarray:
+        """``slab`` is accepted for the runtime's interface; the synthetic KV needs no batched attention."""
         return self.forward(caches, [[t] for t in tokens])
 
 

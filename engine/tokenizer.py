@@ -132,25 +132,17 @@ class GGUFTokenizer:
 class IncrementalDetokenizer:
     """Turns a growing list of token ids into text deltas without ever emitting half a UTF-8 character.
 
-    Decodes only a short window (from ``prefix_offset``) so each step costs O(1) tokens, and holds a delta back while
-    its decoding ends in U+FFFD, i.e. while the last tokens are an incomplete multi-byte character.
+    ``tokenizers``' own DecodeStream does the work; it is primed with the last prompt tokens so the first output
+    token decodes as it would in context (e.g. a leading space).
     """
+
+    PROMPT_CONTEXT = 6
 
     def __init__(self, tokenizer: GGUFTokenizer, prompt_ids: list[int] | None = None,
                  skip_special: bool = True) -> None:
-        self.tokenizer = tokenizer
-        self.skip_special = skip_special
-        self.ids: list[int] = list(prompt_ids or [])[-6:]
-        self.prefix_offset = 0
-        self.read_offset = len(self.ids)
+        self._tokenizer = tokenizer._tok
+        context = list(prompt_ids or [])[-self.PROMPT_CONTEXT:]
+        self._stream = decoders.DecodeStream(context or None, skip_special)
 
     def push(self, token_id: int) -> str:
-        self.ids.append(token_id)
-        decode = self.tokenizer.decode
-        prefix_text = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special)
-        full_text = decode(self.ids[self.prefix_offset:], self.skip_special)
-        if full_text.endswith("\ufffd") or len(full_text) <= len(prefix_text):
-            return ""
-        self.prefix_offset = self.read_offset
-        self.read_offset = len(self.ids)
-        return full_text[len(prefix_text):]
+        return self._stream.step(self._tokenizer, token_id) or ""

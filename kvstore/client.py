@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -18,6 +19,10 @@ from common.server import channel
 from kvstore.wire import chunks_of
 from kvstore.store import checksum
 from protos import kvstore_pb2, kvstore_pb2_grpc
+
+log = logging.getLogger("pdserve.kvstore.client")
+
+DEFAULT_LEASE_TTL_S = 30.0  # how long prefilled KV waits, leased, for a decode worker
 
 
 class KVIntegrityError(Exception):
@@ -147,6 +152,13 @@ class KVStoreClient:
         replies = await asyncio.gather(*(s.Release(kvstore_pb2.LeaseRequest(lease_id=lease_id), timeout=timeout)
                                          for s in self.stubs))
         return sum(r.blocks for r in replies)
+
+    async def release_quietly(self, lease_id: str, timeout: float = 5.0) -> None:
+        """Release a lease where failing is no reason to fail the request: a lease left behind simply expires."""
+        try:
+            await self.release(lease_id, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("lease %s not released: %s (it will expire)", lease_id, exc.details())
 
     async def renew(self, lease_id: str, lease_ttl_s: float, timeout: float | None = None) -> int:
         request = kvstore_pb2.LeaseRequest(lease_id=lease_id, lease_ttl_s=lease_ttl_s)

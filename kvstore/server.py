@@ -183,7 +183,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 def main(argv: list[str] | None = None) -> None:
     parser = service_parser("kvstore", 50051)
     parser.add_argument("--capacity-mb", type=float, default=2048.0, help="byte budget for blocks, in MiB")
-    parser.add_argument("--enable-fault-injection", action="store_true",
+    parser.add_argument("--enable-fault-injection", action="store_true", env=False,
                         help="allow the Corrupt RPC (tests only)")
     args = parser.parse_args(argv)
     setup_logging(args.log_level)

@@ -7,25 +7,23 @@ import logging
 import time
 
 import grpc
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
-from common.config import add_model_flags, service_parser, split_targets
-from common.convert import sampling_from_proto, token_step
+from common.convert import token_step
 from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS, TTFT_BUCKETS
-from common.server import serve_worker, setup_logging
-from common.validation import abort_invalid, check_fits_context, check_request_id, check_token_ids
+from common.validation import abort_invalid, check_worker_request
+from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_cache import block_keys, tail_block_key
 from engine.params import InvalidParameter
-from engine.runtime import Runtime
-from kvstore.client import BlockData, KVIntegrityError, KVStoreClient
-from perfmodel.clock import add_perf_flags, clock_from_args
+from engine.scheduler import Role
+from engine.sequence import Sequence
+from kvstore.client import DEFAULT_LEASE_TTL_S, BlockData, KVIntegrityError, KVStoreClient
 from prefill_server.prefix_cache import LocalPrefixCache
-from prefill_server.scheduler import PrefillJob, PrefillScheduler
 from protos import common_pb2, prefill_pb2, prefill_pb2_grpc
 
 log = logging.getLogger("pdserve.prefill")
 
-DEFAULT_LEASE_TTL_S = 30.0
+MAX_LEASE_TTL_S = 3600.0
 
 REQUESTS = Counter("pdserve_prefill_requests_total", "Prefill requests finished", ["outcome"])
 PROMPT_TOKENS = Counter("pdserve_prefill_prompt_tokens_total", "Prompt tokens received")
@@ -35,83 +33,93 @@ QUEUE_SECONDS = Histogram("pdserve_prefill_queue_seconds", "Wall time from arriv
 KV_SECONDS = Histogram("pdserve_prefill_kv_io_seconds", "Wall time fetching and storing KV blocks per request",
                        buckets=STEP_BUCKETS)
 PROMPT_LEN = Histogram("pdserve_prefill_request_prompt_tokens", "Prompt length per request", buckets=TOKEN_COUNT_BUCKETS)
+WAITING = Gauge("pdserve_prefill_num_requests_waiting", "Prompts waiting for (or in) prefill")
+WAITING_TOKENS = Gauge("pdserve_prefill_num_tokens_waiting", "Prompt tokens still to compute")
 
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
-    def __init__(self, runtime: Runtime, scheduler: PrefillScheduler, kv: KVStoreClient, max_queue: int,
-                 local_cache: LocalPrefixCache) -> None:
-        self.runtime = runtime
-        self.scheduler = scheduler
+    def __init__(self, worker: Worker, kv: KVStoreClient, local_cache: LocalPrefixCache) -> None:
+        self.worker = worker
+        self.runtime = worker.runtime
         self.kv = kv
-        self.max_queue = max_queue
         self.cache = local_cache
-        self.fingerprint = runtime.config.fingerprint
+        self.fingerprint = self.runtime.config.fingerprint
+        WAITING.set_function(lambda: len(worker.scheduler.waiting))
+        WAITING_TOKENS.set_function(lambda: worker.scheduler.pending_tokens)
 
     async def GetLoad(self, request, context):
-        s = self.scheduler
-        return common_pb2.WorkerLoad(waiting=s.queued, waiting_tokens=max(0, s.waiting_tokens),
-                                     model_fingerprint=self.fingerprint)
+        return self.worker.load()
+
+    def _validate(self, request) -> tuple[list[int], object, float]:
+        config = self.runtime.config
+        ids, params = check_worker_request(request.request_id, request.token_ids, request.sampling,
+                                           config.vocab_size, config.context_length, "token_ids")
+        ttl = request.lease_ttl_s or DEFAULT_LEASE_TTL_S
+        if not 0 < ttl <= MAX_LEASE_TTL_S:
+            raise InvalidParameter("lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {ttl}")
+        return ids, params, ttl
 
     async def Prefill(self, request, context):
-        runtime, bt = self.runtime, self.runtime.block_tokens
         try:
-            check_request_id(request.request_id)
-            ids = check_token_ids(request.token_ids, runtime.tokenizer.vocab_size)
-            params = sampling_from_proto(request.sampling).validate(runtime.tokenizer.vocab_size)
-            check_fits_context(len(ids), params, runtime.config.context_length)
-            ttl = request.lease_ttl_s or DEFAULT_LEASE_TTL_S
-            if not 0 < ttl <= 3600:
-                raise InvalidParameter("lease_ttl_s", f"must be in (0, 3600], got {ttl}")
+            ids, params, ttl = self._validate(request)
         except InvalidParameter as exc:
             await abort_invalid(context, exc)
-        if self.scheduler.queued >= self.max_queue:
+        try:
+            with self.worker.admission():
+                return await self._prefill(request.request_id, ids, params, ttl, context)
+        except WorkerFull as exc:
             REQUESTS.labels("rejected").inc()
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"prefill queue is full ({self.scheduler.queued} of {self.max_queue} waiting)")
-        lease_id = request.request_id
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"prefill {exc}")
+
+    async def _prefill(self, request_id: str, ids: list[int], params, ttl: float, context):
         PROMPT_TOKENS.inc(len(ids))
         PROMPT_LEN.observe(len(ids))
-        seq = runtime.new_sequence(ids, params, request.request_id)
-        keys = block_keys(ids, self.fingerprint, bt)
-        job = None
+        seq = self.runtime.new_sequence(ids, params, request_id)
+        keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens)
+        lease_id = request_id
+        job: Job | None = None
         try:
             io_start = time.perf_counter()
             stored_prefix, reused = await self._reuse_prefix(seq, keys, lease_id, ttl)
             io_s = time.perf_counter() - io_start
-            job = PrefillJob(seq, asyncio.get_running_loop(), asyncio.get_running_loop().create_future())
-            self.scheduler.submit(job)
-            first = await job.future
+            job = self.worker.submit(seq)
+            event = await job.events.get()
+            if isinstance(event, BaseException):
+                raise event
+            token_ids, first = event
             io_start = time.perf_counter()
             handle = await self._store_blocks(seq, keys, stored_prefix, lease_id, ttl)
             io_s += time.perf_counter() - io_start
         except asyncio.CancelledError:
             if job is not None:
-                job.cancelled = True
-                self.scheduler.thread.wake()
-            asyncio.ensure_future(self._release_quietly(lease_id))
+                self.worker.cancel(job)
+            asyncio.ensure_future(self.kv.release_quietly(lease_id))
             REQUESTS.labels("cancelled").inc()
             raise
         except KVIntegrityError as exc:
-            await self._release_quietly(lease_id)
+            await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
         except grpc.aio.AioRpcError as exc:
-            await self._release_quietly(lease_id)
+            await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             code = exc.code() if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.UNAVAILABLE
             await context.abort(code, f"kvstore: {exc.details()}")
-        cached = reused * bt
+        except Exception as exc:  # the model step failed
+            await self.kv.release_quietly(lease_id)
+            REQUESTS.labels("error").inc()
+            await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {exc}")
+        cached = reused * self.runtime.block_tokens
         CACHED_TOKENS.inc(cached)
-        queue_s = (job.started_at or job.enqueued_at) - job.enqueued_at
-        QUEUE_SECONDS.observe(queue_s)
+        QUEUE_SECONDS.observe(job.queue_wall_s)
         KV_SECONDS.observe(io_s)
         REQUESTS.labels("ok").inc()
         return prefill_pb2.PrefillReply(
-            first=token_step([seq.output_ids[0]], first), kv=handle, cached_tokens=cached, queue_wall_s=queue_s,
-            compute_wall_s=job.compute_s, kv_store_wall_s=io_s, modeled_s=job.modeled_s,
-            queue_modeled_s=job.queue_modeled_s or 0.0)
+            first=token_step(token_ids, first), kv=handle, cached_tokens=cached, queue_wall_s=job.queue_wall_s,
+            compute_wall_s=job.compute_wall_s, kv_store_wall_s=io_s, modeled_s=job.prefill_modeled_s,
+            queue_modeled_s=job.queue_modeled_s)
 
-    async def _reuse_prefix(self, seq, keys: list[str], lease_id: str, ttl: float) -> tuple[int, int]:
+    async def _reuse_prefix(self, seq: Sequence, keys: list[str], lease_id: str, ttl: float) -> tuple[int, int]:
         """Lease what the kvstore already holds and load the reusable leading blocks into ``seq``'s cache.
 
         Returns (blocks present in the kvstore, blocks reused). At least one prompt token is always computed, since
@@ -130,7 +138,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             self.cache.add(block.key, block.data)
         return stored, reuse
 
-    async def _store_blocks(self, seq, keys: list[str], stored_prefix: int, lease_id: str,
+    async def _store_blocks(self, seq: Sequence, keys: list[str], stored_prefix: int, lease_id: str,
                             ttl: float) -> common_pb2.KVHandle:
         """Put the blocks the kvstore lacks (and the request's partial tail block), leased for decode."""
         bt, n = self.runtime.block_tokens, len(seq.prompt_ids)
@@ -149,36 +157,18 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         return common_pb2.KVHandle(block_keys=handle_keys, token_count=n, block_tokens=bt, lease_id=lease_id,
                                    lease_ttl_s=ttl, model_fingerprint=self.fingerprint)
 
-    async def _release_quietly(self, lease_id: str) -> None:
-        try:
-            await self.kv.release(lease_id, timeout=5)
-        except grpc.aio.AioRpcError as exc:
-            log.warning("could not release lease %s: %s", lease_id, exc.details())
-
 
 def main(argv: list[str] | None = None) -> None:
-    parser = service_parser("prefill_server", 50061)
-    add_model_flags(parser)
-    parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget of one prefill step")
-    parser.add_argument("--max-num-seqs", type=int, default=64, help="sequences in one prefill step")
-    parser.add_argument("--max-queue", type=int, default=256, help="waiting requests before RESOURCE_EXHAUSTED")
+    parser = worker_parser("prefill_server", 50061, max_queue=256)
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
-    add_perf_flags(parser)
     args = parser.parse_args(argv)
-    setup_logging(args.log_level)
-    runtime = Runtime.load(args.model, args.block_tokens)
-    scheduler = PrefillScheduler(runtime, clock_from_args(args), args.max_num_batched_tokens, args.max_num_seqs)
+    worker = build_worker(args, Role.PREFILL)
+    cache = LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20)))
 
-    async def run() -> None:
-        kv = KVStoreClient(split_targets(args.kvstore))
-        service = PrefillService(runtime, scheduler, kv, args.max_queue,
-                                 LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20))))
+    def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
+        if kv is None:
+            parser.error("--kvstore: a prefill worker needs a kvstore")
+        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache), server)
+        return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
 
-        def register(server):
-            prefill_pb2_grpc.add_PrefillServicer_to_server(service, server)
-            return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
-
-        await serve_worker("prefill", args, register, scheduler, kv)
-
-    asyncio.run(run())
+    asyncio.run(run_worker("prefill", args, worker, register))

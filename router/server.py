@@ -7,7 +7,7 @@ import asyncio
 from common.config import add_model_flags, service_parser, split_targets
 from common.server import serve, setup_logging
 from engine.runtime import model_metadata
-from kvstore.client import KVStoreClient
+from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import router_pb2, router_pb2_grpc
 from router.policy import PREFILL_POLICIES, PrefillPolicy
 from router.service import RouterConfig, RouterService
@@ -25,7 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--colocated", action="store_true",
                         help="send each request to one decode worker that prefills locally (no kvstore)")
     parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
-    parser.add_argument("--lease-ttl-s", type=float, default=30.0, help="how long prefilled KV waits for decode")
+    parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
+                        help="how long prefilled KV waits for decode")
+    parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
+                        help="how often workers' loads are polled (0: never; routing then uses only local counts)")
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     tokenizer, model_config, default_name = model_metadata(args.model)
@@ -45,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
             router_pb2_grpc.add_RouterServicer_to_server(service, server)
             return [router_pb2.DESCRIPTOR.services_by_name["Router"].full_name]
 
-        pollers = [asyncio.create_task(p.poll_loads()) for p in (prefill, decode)]
+        period = args.load_poll_interval_s
+        pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
         try:
             await serve("router", args.port, register, args.metrics_port, args.host)
         finally:

@@ -37,19 +37,51 @@ def test_slab_members_and_private_caches_agree(tiny_runtime):
     caches = [model.new_kv() for _ in seqs]
     logits = model.prefill(caches, seqs)
     slab = KVSlab(model.config, max_slots=3, max_tokens=48, block_tokens=16)
-    slab.add(caches[2])
-    slab.add(caches[0])  # caches[1] stays private: a mixed batch
     for step in range(14):  # caches[2] outgrows the 48-token slab and moves out mid-way
         tokens = [int(np.argmax(row)) for row in logits]
         for ids, t in zip(seqs, tokens):
             ids.append(t)
-        logits = model.decode_step(caches, tokens)
         if step == 5:
             slab.remove(caches[2], keep=True)  # compaction moves caches[0]'s slot
-            slab.add(caches[2])
+        for kv in (caches[2], caches[0]):  # caches[1] stays private: a mixed batch
+            slab.place(kv, kv.length + 1)
+        logits = model.decode_step(caches, tokens, slab)
         for row, ids in zip(logits, seqs):
             np.testing.assert_allclose(row, recompute_logits(model, ids), rtol=1e-4, atol=1e-4)
-    assert caches[2].slab is None and caches[0].slab is slab
+    assert not slab.holds(caches[2]) and caches[2].slot is None and slab.holds(caches[0])
+
+
+def test_slab_batch_in_any_row_order(tiny_runtime):
+    """A decode batch listed in another order than the slab's slots gives each row its own sequence's logits."""
+    model = tiny_runtime.model
+    rng = np.random.default_rng(5)
+    seqs = [rng.integers(3, model.config.vocab_size, n).tolist() for n in (9, 30, 17)]
+    caches = [model.new_kv() for _ in seqs]
+    logits = model.prefill(caches, seqs)
+    slab = KVSlab(model.config, max_slots=3, max_tokens=64, block_tokens=16)
+    for kv in caches:
+        slab.place(kv, kv.length + 1)
+    order = [2, 0, 1]  # rows in neither slot order nor its reverse
+    tokens = [int(np.argmax(logits[i])) for i in order]
+    for i, t in zip(order, tokens):
+        seqs[i].append(t)
+    rows = model.decode_step([caches[i] for i in order], tokens, slab)
+    for row, i in zip(rows, order):
+        np.testing.assert_allclose(row, recompute_logits(model, seqs[i]), rtol=1e-4, atol=1e-4)
+
+
+def test_freeing_a_sequence_releases_its_memory(tiny_runtime):
+    """Preemption and finishing drop the KV arrays themselves, in the slab and in private storage alike."""
+    runtime = tiny_runtime
+    params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+    a, b = (runtime.new_sequence(list(range(3, 40)), params) for _ in range(2))
+    runtime.prefill([(a, 37), (b, 37)])
+    runtime.decode_step([a])  # a joins the slab; b keeps its private arrays
+    assert runtime.slab.holds(a.kv) and b.kv.k.size > 0
+    runtime.free(a)
+    runtime.free(b)
+    assert not runtime.slab.holds(a.kv) and a.kv.k.size == 0 and a.kv.length == 0
+    assert b.kv.k.size == 0 and b.kv.v.size == 0 and b.kv.length == 0
 
 
 def test_blocks_export_import_continue_identically(tiny_runtime):

@@ -11,9 +11,16 @@ def logits(seed=0):
     return np.random.default_rng(seed).standard_normal(V).astype(np.float32) * 3
 
 
+def sample_and_record(s: Sampler, row: np.ndarray) -> int:
+    """What a sequence does with each token: sample it, then record it (Sequence.append_token)."""
+    token = s.sample(row)
+    s.record(token)
+    return token
+
+
 def draw(params, n=30, prompt=(1, 2)):
     s = Sampler(params, V, list(prompt))
-    return [s.sample(logits(i)) for i in range(n)]
+    return [sample_and_record(s, logits(i)) for i in range(n)]
 
 
 def test_greedy_is_argmax():
@@ -44,8 +51,8 @@ def test_penalties_discourage_repeats():
     flat = np.zeros(V, dtype=np.float32)
     flat[10] = 1.0
     s = Sampler(SamplingParams(temperature=0.0, frequency_penalty=2.0), V, [1])
-    assert s.sample(flat) == 10
-    assert s.sample(flat) != 10  # 1.0 - 2.0 * count falls below the zeros
+    assert sample_and_record(s, flat) == 10
+    assert sample_and_record(s, flat) != 10  # 1.0 - 2.0 * count falls below the zeros
     s = Sampler(SamplingParams(temperature=0.0, repetition_penalty=2.0), V, [10])
     flat2 = flat.copy()
     flat2[11] = 0.6

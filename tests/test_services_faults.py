@@ -95,22 +95,31 @@ def test_preemption_recomputes_and_output_is_unchanged(tiny_model_path, tiny_run
             assert list(got.token_ids) == want.output_ids
             assert got.finish_reason == "length"
         decode = stack.decodes[0]
-        decode_load(decode.target)  # refreshes the gauges
         assert scrape(decode.metrics_port)[("pdserve_decode_num_preemptions", ())] >= 1
         assert decode_load(decode.target).kv_blocks_used == 0
     finally:
         stack.stop()
 
 
+NO_LOAD_POLLING = ["--load-poll-interval-s", "0"]  # the router learns of a dead worker only by calling it
+
+
+def router_retries(stack, phase: str) -> float:
+    return scrape(stack.router.metrics_port).get(("pdserve_router_retries_total", (("phase", phase),)), 0.0)
+
+
 def test_prefill_unavailable_is_retried_on_another_worker(tiny_model_path):
-    stack = start_stack(model=str(tiny_model_path), n_prefill=2, policy="round_robin")
+    stack = start_stack(model=str(tiny_model_path), n_prefill=2, policy="round_robin", metrics=True,
+                        extra={"router": NO_LOAD_POLLING})
     try:
         stack.prefills[0].popen.send_signal(signal.SIGKILL)
         stack.prefills[0].popen.wait()
         with PdserveClient(stack.router_target) as c:
-            for i in range(4):  # round robin would send half of these to the dead worker
+            for i in range(4):  # round robin sends the first of these to the dead worker
                 reply = c.complete(f"the end {i}", max_tokens=3, temperature=0)
                 assert reply.usage.completion_tokens == 3
+        assert router_retries(stack, "prefill") >= 1
+        assert router_retries(stack, "decode") == 0
     finally:
         stack.stop()
 
@@ -160,12 +169,14 @@ def test_cancel_between_prefill_and_decode_releases_the_lease(tiny_model_path):
 
 
 def test_decode_unavailable_before_streaming_is_retried_elsewhere(tiny_model_path):
-    stack = start_stack(model=str(tiny_model_path), n_decode=2)
+    stack = start_stack(model=str(tiny_model_path), n_decode=2, metrics=True, extra={"router": NO_LOAD_POLLING})
     try:
         stack.decodes[0].popen.send_signal(signal.SIGKILL)
         stack.decodes[0].popen.wait()
         with PdserveClient(stack.router_target) as c:
-            for i in range(4):  # the router does not know yet which worker died
+            for i in range(4):  # with equal (unknown) loads the first decode worker is tried first
                 assert c.complete(f"the end {i}", max_tokens=3, temperature=0).usage.completion_tokens == 3
+        assert router_retries(stack, "decode") >= 1
+        assert router_retries(stack, "prefill") == 0
     finally:
         stack.stop()

@@ -19,10 +19,16 @@ class Case:
     reason: FinishReason = FinishReason.STOP
     stop_reason: object = None
     first_chunk: str | None = None  # what the first step may stream
+    context_length: int = 1000
 
 
 def tokens(*deltas):
     return [(100 + i, d) for i, d in enumerate(deltas)]
+
+
+def tokens_by_text(*deltas):
+    """Equal texts get equal ids, as the repetition check compares ids."""
+    return [(1000 + ord(d), d) for d in deltas]
 
 
 CASES = [
@@ -55,24 +61,21 @@ CASES = [
          params=dict(min_tokens=2, stop_token_ids=[77]), text="za", stop_reason=77),
     Case("min_tokens gates stop strings", tokens("END", "x", "END"), params=dict(min_tokens=2, stop=["END"]),
          text="ENDx", stop_reason="END"),
-    Case("repetition loop", tokens("a", "b", "a", "b", "a", "b", "a", "b"),
+    Case("repetition loop", tokens_by_text("a", "b", "a", "b", "a", "b", "a", "b"),
          params=dict(repetition_max_repeats=2, max_tokens=50), text="ababab", reason=FinishReason.REPETITION),
-    Case("context length", tokens("a", "b", "c"), params=dict(max_tokens=50), text="ab", reason=FinishReason.LENGTH),
+    Case("context length", tokens("a", "b", "c"), params=dict(max_tokens=50), text="ab", reason=FinishReason.LENGTH,
+         context_length=10),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_stop_rules(case):
     params = SamplingParams(**case.params).validate()
-    prompt_len = 8
-    context = prompt_len + 2 if case.name == "context length" else 1000
-    # repetition checks compare token ids: make repeated texts repeated ids
-    if case.name == "repetition loop":
-        case.pieces = [(1000 + ord(d), d) for _, d in case.pieces]
-    checker = StopChecker(params, frozenset({EOS}), prompt_len, context)
-    chunks, result = [], None
+    checker = StopChecker(params, frozenset({EOS}), 8, case.context_length)
+    chunks, result, output_ids = [], None, []
     for token_id, delta in case.pieces:
-        result = checker.step(token_id, delta)
+        output_ids.append(token_id)
+        result = checker.step(output_ids, delta)
         chunks.append(result.text)
         if result.finished:
             break
@@ -87,7 +90,7 @@ def test_stop_rules(case):
 
 def test_abort_flushes_held_text():
     checker = StopChecker(SamplingParams(stop=["abc"]).validate(), frozenset(), 1, 100)
-    assert checker.step(5, "xab").text == "x"
+    assert checker.step([5], "xab").text == "x"
     result = checker.finish(FinishReason.ABORT)
     assert result.text == "ab" and checker.output_text == "xab"
 

@@ -34,9 +34,10 @@ def test_chinese_characters_come_out_whole_once(real_tok):
     ids = real_tok.encode(text)
     assert len(ids) > len(text)  # some characters span several byte-level tokens
     detok = IncrementalDetokenizer(real_tok)
-    out = [d for d in (detok.push(t) for t in ids) if d]
-    assert "".join(out) == text
-    assert all(len(d) >= 1 for d in out)
+    deltas = [detok.push(t) for t in ids]
+    assert "".join(deltas) == text
+    assert [d for d in deltas if d] == list(text)  # each character once, whole, in its own delta
+    assert deltas.count("") == len(ids) - len(text)  # the tokens that end mid-character emit nothing
 
 
 def test_digits_split_one_by_one(real_tok):

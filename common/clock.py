@@ -1,31 +1,31 @@
 """The two clocks inside a worker: what a step took here (wall) and what it would take on the modeled deployment.
 
-Every prefill or decode step asks :class:`StepClock` for its modeled duration, computed from the batch it really ran.
-With ``pace=realtime`` the step then lasts at least modeled x time_scale of wall time, so queues build up the way they
-would on the modeled cluster; a step whose real compute is already longer than that budget is counted as lagging.
-Modeled figures are always reported in modeled seconds (time_scale divided back out).
+Every prefill or decode step asks :class:`StepClock` for its modeled duration, computed by perfmodel/ from the batch
+it really ran. With ``pace=realtime`` the step then lasts at least modeled x time_scale of wall time, so queues build
+up the way they would on the modeled cluster; a step whose real compute is already longer than that budget is counted
+as lagging. Modeled figures are always reported in modeled seconds (time_scale divided back out).
 """
 
 from __future__ import annotations
 
-import argparse
-import threading
+import asyncio
 import time
 from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 
-from common.metrics import STEP_BUCKETS
+from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS
 from perfmodel.parallel import ParallelConfig
 from perfmodel.timing import TimingModel
 
 PACE_MODES = ("off", "realtime")
+KV_LINKS = ("nvlink", "rdma", "pcie")  # the hand-off paths TimingModel.kv_transfer_time prices
 
 STEP_WALL = Histogram("pdserve_step_wall_seconds", "Wall time of one model step", ["phase"], buckets=STEP_BUCKETS)
 STEP_MODELED = Histogram("pdserve_step_modeled_seconds", "Modeled time of one model step", ["phase"],
                          buckets=STEP_BUCKETS)
 STEP_TOKENS = Histogram("pdserve_step_batch_tokens", "Tokens processed in one step", ["phase"],
-                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192))
+                        buckets=TOKEN_COUNT_BUCKETS)
 LAGGED_STEPS = Counter("pdserve_pacing_lagged_steps_total", "Steps whose real compute exceeded the paced budget",
                        ["phase"])
 LAG_SECONDS = Counter("pdserve_pacing_lag_seconds_total", "Wall seconds by which steps overran the paced budget",
@@ -49,22 +49,20 @@ class StepClock:
         self.pace = pace
         self.time_scale = time_scale
         self.busy_modeled_s = 0.0  # modeled seconds of all steps so far (a worker-local modeled clock)
-        self._lock = threading.Lock()
 
-    def finish_step(self, phase: str, started_at: float, modeled_s: float, tokens: int) -> StepTiming:
+    async def finish_step(self, phase: str, started_at: float, modeled_s: float, tokens: int) -> StepTiming:
         """Record a step that began at ``started_at`` (perf_counter) and, when pacing, wait out its budget."""
         wall = time.perf_counter() - started_at
         lag = 0.0
         if self.pace == "realtime":
             budget = modeled_s * self.time_scale
             if wall < budget:
-                time.sleep(budget - wall)
+                await asyncio.sleep(budget - wall)
             else:
                 lag = wall - budget
                 LAGGED_STEPS.labels(phase).inc()
                 LAG_SECONDS.labels(phase).inc(lag)
-        with self._lock:
-            self.busy_modeled_s += modeled_s
+        self.busy_modeled_s += modeled_s
         STEP_WALL.labels(phase).observe(time.perf_counter() - started_at)
         STEP_MODELED.labels(phase).observe(modeled_s)
         STEP_TOKENS.labels(phase).observe(tokens)
@@ -79,30 +77,27 @@ class StepClock:
 
     async def pace_transfer(self, tokens: int, link: str, wall_s: float) -> float:
         """Modeled KV hand-off of ``tokens`` tokens; when pacing, the hand-off lasts at least its budget."""
-        import asyncio
-
         modeled = self.timing.kv_transfer_time(tokens, link)
         if self.pace == "realtime" and wall_s < modeled * self.time_scale:
             await asyncio.sleep(modeled * self.time_scale - wall_s)
         return modeled
 
 
-def add_perf_flags(parser: argparse.ArgumentParser) -> None:
-    g = parser  # plain arguments (not a group) so each also reads its PDSERVE_* environment variable
-    g.add_argument("--perf-model", default="deepseek-r1", help="modeled model profile")
-    g.add_argument("--perf-hardware", default="H20-141G", help="modeled GPU")
-    g.add_argument("--perf-gpus", type=int, default=8)
-    g.add_argument("--perf-tp", type=int, default=8)
-    g.add_argument("--perf-ep", type=int, default=8)
-    g.add_argument("--perf-software", default="sglang", help="overhead profile of the modeled serving stack")
-    g.add_argument("--kv-link", default="nvlink", choices=("nvlink", "rdma", "pcie"),
-                   help="modeled path of the KV hand-off")
-    g.add_argument("--pace", default="off", choices=PACE_MODES,
-                   help="realtime: each step lasts at least its modeled time x time-scale")
-    g.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per modeled second when pacing")
+def add_perf_flags(parser) -> None:
+    """The modeled deployment and pacing of a worker's clock (each flag also reads its PDSERVE_* variable)."""
+    parser.add_argument("--perf-model", default="deepseek-r1", help="modeled model profile")
+    parser.add_argument("--perf-hardware", default="H20-141G", help="modeled GPU")
+    parser.add_argument("--perf-gpus", type=int, default=8)
+    parser.add_argument("--perf-tp", type=int, default=8)
+    parser.add_argument("--perf-ep", type=int, default=8)
+    parser.add_argument("--perf-software", default="sglang", help="overhead profile of the modeled serving stack")
+    parser.add_argument("--kv-link", default="nvlink", choices=KV_LINKS, help="modeled path of the KV hand-off")
+    parser.add_argument("--pace", default="off", choices=PACE_MODES,
+                        help="realtime: each step lasts at least its modeled time x time-scale")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per modeled second when pacing")
 
 
-def clock_from_args(args: argparse.Namespace) -> StepClock:
+def clock_from_args(args) -> StepClock:
     timing = TimingModel(args.perf_model, args.perf_hardware,
                          ParallelConfig(args.perf_gpus, args.perf_tp, args.perf_ep), args.perf_software)
     return StepClock(timing, args.pace, args.time_scale)

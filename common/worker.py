@@ -1,0 +1,242 @@
+"""The model worker's loop, shared by prefill and decode.
+
+The scheduler lives on the asyncio event loop, with the gRPC handlers: submitting, cancelling and reading the load
+are plain method calls, with no locks and no mirrored counters. Only the numpy work of a step runs in a thread
+(numpy releases the GIL), so the event loop keeps streaming tokens and moving KV bytes meanwhile. A request cancelled
+while its step runs is removed right after that step: the forward never loses its KV mid-flight.
+
+Each step is timed in both clocks; a request's :class:`Job` collects its queue, prefill and decode time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import grpc
+
+from common.clock import StepClock, add_perf_flags, clock_from_args
+from common.config import FlagParser, add_model_flags, service_parser, split_targets
+from common.server import serve, setup_logging
+from engine.runtime import Runtime
+from engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
+from engine.sequence import Sequence
+from engine.stop import FinishReason, StepResult
+from kvstore.client import KVStoreClient
+from protos import common_pb2
+
+log = logging.getLogger("pdserve.worker")
+
+TokenEvent = tuple[list[int], StepResult]
+
+
+class WorkerFull(Exception):
+    """The worker holds as many requests as it may (``--max-queue``)."""
+
+
+@dataclass
+class Job:
+    """One request inside a worker: where its tokens go, and its times in both clocks."""
+
+    seq: Sequence
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # TokenEvent per produced token, or an exception
+    arrived_at: float = field(default_factory=time.perf_counter)
+    scheduled_at: float | None = None  # first step that included it
+    arrived_modeled_s: float = 0.0  # the worker's modeled busy clock at arrival
+    queue_modeled_s: float = 0.0
+    compute_wall_s: float = 0.0  # wall time of the prefill steps it was part of
+    prefill_modeled_s: float = 0.0  # modeled time of the prompt steps it was part of
+    decode_modeled_s: float = 0.0  # modeled time of the decode steps (and recomputation) it was part of
+
+    @property
+    def queue_wall_s(self) -> float:
+        return (self.scheduled_at or self.arrived_at) - self.arrived_at
+
+
+class Worker:
+    def __init__(self, runtime: Runtime, scheduler: Scheduler, clock: StepClock, max_queue: int) -> None:
+        self.runtime = runtime
+        self.scheduler = scheduler
+        self.clock = clock
+        self.max_queue = max_queue
+        self.inflight = 0  # requests inside the service (including their KV transfers), for --max-queue
+        self._jobs: dict[int, Job] = {}  # id(sequence) -> job, while the scheduler holds the sequence
+        self._wake = asyncio.Event()
+        self._stepping = False
+        self._cancel_after_step: list[Sequence] = []
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="model-step")
+
+    # --- what the service calls -------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def admission(self):
+        """Hold one of the worker's ``max_queue`` request places for the duration of a request."""
+        if self.inflight >= self.max_queue:
+            raise WorkerFull(f"worker is full ({self.inflight} of {self.max_queue} requests)")
+        self.inflight += 1
+        try:
+            yield
+        finally:
+            self.inflight -= 1
+
+    def submit(self, seq: Sequence) -> Job:
+        """Queue a sequence; its tokens arrive on ``job.events``. Raises KVBudgetExceeded for one that can never run."""
+        self.scheduler.add(seq)
+        job = Job(seq, arrived_modeled_s=self.clock.busy_modeled_s)
+        self._jobs[id(seq)] = job
+        self._wake.set()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Drop a request the caller gave up on: its KV is freed now, or right after the step that is using it."""
+        if self._jobs.pop(id(job.seq), None) is None:
+            return  # already finished
+        if self._stepping:
+            self._cancel_after_step.append(job.seq)
+        else:
+            self.scheduler.abort(job.seq)
+
+    def load(self) -> common_pb2.WorkerLoad:
+        s = self.scheduler
+        return common_pb2.WorkerLoad(
+            waiting=len(s.waiting), running=len(s.running), waiting_tokens=s.pending_tokens,
+            kv_blocks_used=s.budget.used if s.budget else 0, kv_blocks_total=s.budget.total_blocks if s.budget else 0,
+            model_fingerprint=self.runtime.config.fingerprint)
+
+    # --- the loop ---------------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            while True:
+                step = self.scheduler.schedule() if self.scheduler.has_work() else Step()
+                if not step:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                try:
+                    await self._run_step(step)
+                except Exception:  # a bug in one step must not stop the worker silently
+                    log.exception("step failed")
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run_step(self, step: Step) -> None:
+        started = time.perf_counter()  # the paced budget covers the whole iteration, scheduling included
+        self._note_scheduled(step, started)
+        output = StepOutput()
+        self._stepping = True
+        try:
+            if step.prefills:
+                output.prefills, started = await self._prefill_phase(step, started)
+            if step.decodes:
+                output.decodes = await self._decode_phase(step, started)
+        finally:
+            self._stepping = False
+        for seq, result in self.scheduler.postprocess(step, output):
+            self._deliver(seq, result)
+        for seq in self._cancel_after_step:
+            self.scheduler.abort(seq)
+        self._cancel_after_step.clear()
+
+    async def _prefill_phase(self, step: Step, started: float) -> tuple[list[StepResult | None], float]:
+        chunks = step.prefills
+        fresh = [not seq.output_ids for seq, _ in chunks]  # before running: a recomputed sequence has output
+        modeled = self.clock.prefill_seconds([(n, seq.kv.length) for seq, n in chunks])
+        results = await self._execute(self.runtime.prefill, chunks, [seq for seq, _ in chunks])
+        if results is None:
+            step.prefills = []
+            return [], time.perf_counter()
+        timing = await self.clock.finish_step("prefill", started, modeled, sum(n for _, n in chunks))
+        for (seq, _), is_fresh in zip(chunks, fresh):
+            job = self._jobs.get(id(seq))
+            if job is None:
+                continue
+            job.compute_wall_s += timing.wall_s
+            if is_fresh:
+                job.prefill_modeled_s += modeled
+            else:  # recomputation delays this sequence's next token: decode time
+                job.decode_modeled_s += modeled
+        return results, time.perf_counter()
+
+    async def _decode_phase(self, step: Step, started: float) -> list[StepResult]:
+        seqs = step.decodes
+        modeled = self.clock.decode_seconds([seq.kv.length + 1 for seq in seqs])
+        results = await self._execute(self.runtime.decode_step, seqs, seqs)
+        if results is None:
+            step.decodes = []
+            return []
+        await self.clock.finish_step("decode", started, modeled, len(seqs))
+        for seq in seqs:
+            job = self._jobs.get(id(seq))
+            if job is not None:
+                job.decode_modeled_s += modeled
+        return results
+
+    async def _execute(self, fn: Callable, arg, seqs: list[Sequence]):
+        """Run one numpy phase off the event loop; a failure ends these requests with an error, not the worker."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, arg)
+        except Exception as exc:
+            log.exception("%s failed for %d sequences", getattr(fn, "__name__", "step"), len(seqs))
+            for seq in seqs:
+                self.scheduler.abort(seq, FinishReason.ERROR)
+                job = self._jobs.pop(id(seq), None)
+                if job is not None:
+                    job.events.put_nowait(exc)
+            return None
+
+    def _note_scheduled(self, step: Step, now: float) -> None:
+        for seq in [seq for seq, _ in step.prefills] + step.decodes:
+            job = self._jobs.get(id(seq))
+            if job is not None and job.scheduled_at is None:
+                job.scheduled_at = now
+                job.queue_modeled_s = self.clock.busy_modeled_s - job.arrived_modeled_s
+
+    def _deliver(self, seq: Sequence, result: StepResult) -> None:
+        job = self._jobs.get(id(seq))
+        if job is None:
+            return  # cancelled while the step ran
+        job.events.put_nowait(([seq.output_ids[-1]], result))
+        if result.finished or self.scheduler.config.role is Role.PREFILL:
+            del self._jobs[id(seq)]
+
+
+# --- flags and startup shared by both workers -----------------------------------------------------------------------
+def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
+    parser = service_parser(name, default_port)
+    add_model_flags(parser)
+    parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                        help="prompt (or recomputed) tokens in one step; longer prompts run in chunks")
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="sequences in one step")
+    parser.add_argument("--max-queue", type=int, default=max_queue, help="requests held before RESOURCE_EXHAUSTED")
+    add_perf_flags(parser)
+    return parser
+
+
+def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: int | None = None) -> Worker:
+    """Load the model and put the scheduler, the clock and the loop together."""
+    setup_logging(args.log_level)
+    extra = {"slab_seqs": args.max_num_seqs} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
+    runtime = Runtime.load(args.model, args.block_tokens, **extra)
+    config = SchedulerConfig(role, args.max_num_seqs, args.max_num_batched_tokens, kv_blocks, args.block_tokens)
+    return Worker(runtime, Scheduler(config, runtime.free), clock_from_args(args), args.max_queue)
+
+
+async def run_worker(name: str, args, worker: Worker,
+                     register: Callable[[grpc.aio.Server, KVStoreClient | None], Iterable[str]]) -> None:
+    """Serve a worker until SIGTERM: its loop runs beside the gRPC server; the kvstore client closes at the end."""
+    targets = split_targets(args.kvstore)
+    kv = KVStoreClient(targets) if targets else None
+    loop_task = asyncio.create_task(worker.run(), name=f"{name}-steps")
+    try:
+        await serve(name, args.port, lambda server: register(server, kv), args.metrics_port, args.host)
+    finally:
+        loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop_task
+        if kv is not None:
+            await kv.close()

@@ -1,0 +1,73 @@
+"""One request's progress through the router, and its usage and timings in both clocks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from protos import common_pb2, decode_pb2, prefill_pb2
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    prompt_len: int
+    colocated: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    queue_s: float = 0.0
+    kv_store_s: float = 0.0
+    kv_fetch_s: float = 0.0
+    lease_id: str = ""  # prefill's lease, until a decode worker has taken the KV (it releases it then)
+    # modeled clock, as reported by the workers
+    queue_modeled_s: float = 0.0
+    prefill_modeled_s: float = 0.0
+    kv_transfer_modeled_s: float = 0.0
+    decode_wait_modeled_s: float = 0.0  # decode admission queue before the first decode step
+    decode_modeled_s: float = 0.0
+
+    def took_prefill(self, reply: prefill_pb2.PrefillReply) -> None:
+        self.lease_id = reply.kv.lease_id
+        self.cached_tokens = reply.cached_tokens
+        self.queue_s = reply.queue_wall_s
+        self.kv_store_s = reply.kv_store_wall_s
+        self.queue_modeled_s = reply.queue_modeled_s
+        self.prefill_modeled_s = reply.modeled_s
+
+    def took_decode_chunk(self, chunk: decode_pb2.DecodeChunk) -> None:
+        self.lease_id = ""  # the decode worker fetched the KV and released the lease itself
+        self.kv_fetch_s += chunk.kv_fetch_wall_s
+        self.queue_s += chunk.queue_wall_s
+        self.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s
+        self.decode_modeled_s += chunk.decode_modeled_s
+        if self.colocated:  # the decode worker's queue and prefill come before the first token
+            self.queue_modeled_s += chunk.queue_modeled_s
+            self.prefill_modeled_s += chunk.prefill_modeled_s
+        else:
+            self.decode_wait_modeled_s += chunk.queue_modeled_s
+
+    def took_tokens(self, n: int) -> None:
+        if self.first_token_at is None and n:
+            self.first_token_at = time.perf_counter()
+        self.completion_tokens += n
+
+    def timings(self) -> common_pb2.Timings:
+        now = time.perf_counter()
+        e2e = now - self.started
+        ttft = (self.first_token_at or now) - self.started
+        tpot = (e2e - ttft) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
+        ttft_m = self.queue_modeled_s + self.prefill_modeled_s
+        e2e_m = ttft_m + self.kv_transfer_modeled_s + self.decode_wait_modeled_s + self.decode_modeled_s
+        tpot_m = (e2e_m - ttft_m) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
+        return common_pb2.Timings(
+            queue_wall_s=self.queue_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,
+            kv_handoff_wall_s=self.kv_store_s + self.kv_fetch_s, kv_store_wall_s=self.kv_store_s,
+            kv_fetch_wall_s=self.kv_fetch_s, queue_modeled_s=self.queue_modeled_s + self.decode_wait_modeled_s,
+            ttft_modeled_s=ttft_m, tpot_modeled_s=tpot_m, e2e_modeled_s=e2e_m,
+            kv_transfer_modeled_s=self.kv_transfer_modeled_s)
+
+    def usage(self) -> common_pb2.Usage:
+        return common_pb2.Usage(prompt_tokens=self.prompt_len, completion_tokens=self.completion_tokens,
+                                cached_prompt_tokens=self.cached_tokens)
