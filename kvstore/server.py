@@ -9,7 +9,7 @@ import grpc
 from prometheus_client import Counter, Gauge
 
 from common.server import serve, setup_logging
-from common.config import service_parser
+from common.config import FlagParser, service_parser
 from kvstore.wire import chunks_of
 from kvstore.store import MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
 from protos import kvstore_pb2, kvstore_pb2_grpc
@@ -180,12 +180,16 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 self._update_gauges()
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> FlagParser:
     parser = service_parser("kvstore", 50051)
     parser.add_argument("--capacity-mb", type=float, default=2048.0, help="byte budget for blocks, in MiB")
     parser.add_argument("--enable-fault-injection", action="store_true", env=False,
-                        help="allow the Corrupt RPC (tests only)")
-    args = parser.parse_args(argv)
+                        help="allow the Corrupt RPC (tests only; never from the environment)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
     service = KVStoreService(BlockStore(int(args.capacity_mb * (1 << 20))), args.enable_fault_injection)
 

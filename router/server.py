@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from common.config import add_model_flags, service_parser, split_targets
+from common.config import FlagParser, add_model_flags, service_parser, split_targets
 from common.server import serve, setup_logging
 from engine.runtime import model_metadata
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
@@ -14,7 +14,7 @@ from router.service import RouterConfig, RouterService
 from router.workers import decode_pool, prefill_pool
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> FlagParser:
     parser = service_parser("router", 50050)
     add_model_flags(parser)
     parser.add_argument("--served-model-name", default=None, help="model id clients send (default: file name)")
@@ -29,7 +29,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="how long prefilled KV waits for decode")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(

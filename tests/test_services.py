@@ -120,7 +120,7 @@ def test_bad_input_is_invalid_argument_and_service_keeps_serving(tiny_stack, kwa
         assert c.complete("the end", max_tokens=2, temperature=0).usage.completion_tokens == 2
 
 
-def test_workers_validate_their_own_requests(tiny_stack):
+def test_workers_validate_their_own_requests(tiny_stack, tiny_runtime):
     prefill = tiny_stack.prefills[0].target
     decode = tiny_stack.decodes[0].target
     with grpc.insecure_channel(prefill) as ch:
@@ -134,6 +134,15 @@ def test_workers_validate_their_own_requests(tiny_stack):
         with pytest.raises(grpc.RpcError) as err:
             list(decode_pb2_grpc.DecodeStub(ch).Decode(request))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kv.token_count" in err.value.details()
+        # a first token that already ends the request leaves decode nothing to do (the router finishes those)
+        eos = tiny_runtime.tokenizer.eos_id
+        handle = common_pb2.KVHandle(block_keys=["k"], token_count=3, block_tokens=16,
+                                     model_fingerprint=tiny_runtime.config.fingerprint)
+        request = decode_pb2.DecodeRequest(request_id="r3", prompt_ids=[5, 6, 7], first_token=eos, kv=handle,
+                                           sampling=sampling_to_proto(SamplingParams(max_tokens=4)))
+        with pytest.raises(grpc.RpcError) as err:
+            list(decode_pb2_grpc.DecodeStub(ch).Decode(request))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("first_token:")
 
 
 def test_unclaimed_prefill_lease_expires(tiny_stack):

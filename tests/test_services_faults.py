@@ -97,6 +97,12 @@ def test_preemption_recomputes_and_output_is_unchanged(tiny_model_path, tiny_run
         decode = stack.decodes[0]
         assert scrape(decode.metrics_port)[("pdserve_decode_num_preemptions", ())] >= 1
         assert decode_load(decode.target).kv_blocks_used == 0
+        with PdserveClient(stack.router_target) as c:  # 20 + 200 tokens can never fit 12 x 16: refused, not failed
+            with pytest.raises(grpc.RpcError) as err:
+                c.complete(token_ids=prompts[0], max_tokens=200)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "KV budget is 12 blocks" in err.value.details()
+        wait_until(lambda: kv_leases(stack) == 0, what="the refused request's lease released")
     finally:
         stack.stop()
 

@@ -1,0 +1,83 @@
+"""The shared worker loop: a failed step ends its requests with an error and the worker keeps serving; a
+cancelled request is removed from the scheduler and its KV freed."""
+
+import asyncio
+
+from common.clock import StepClock
+from common.worker import Worker
+from engine.params import SamplingParams
+from engine.scheduler import Role, Scheduler, SchedulerConfig
+from engine.stop import FinishReason
+from perfmodel.parallel import ParallelConfig
+from perfmodel.timing import TimingModel
+
+PARAMS = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+
+
+class FailingDecode:
+    """The tiny runtime, except that decode steps fail while ``failing`` is set."""
+
+    def __init__(self, runtime) -> None:
+        self._runtime = runtime
+        self.failing = True
+
+    def __getattr__(self, name):
+        return getattr(self._runtime, name)
+
+    def decode_step(self, seqs):
+        if self.failing:
+            raise RuntimeError("boom")
+        return self._runtime.decode_step(seqs)
+
+
+def make_worker(runtime) -> Worker:
+    clock = StepClock(TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang"))
+    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256), runtime.free)
+    return Worker(runtime, scheduler, clock, max_queue=8)
+
+
+def test_a_failed_step_is_an_error_for_its_requests_and_the_worker_goes_on(tiny_runtime):
+    runtime = FailingDecode(tiny_runtime)
+
+    async def scenario():
+        worker = make_worker(runtime)
+        loop = asyncio.create_task(worker.run())
+        seq = runtime.new_sequence(list(range(3, 20)), PARAMS)
+        job = worker.submit(seq)  # colocated: prefill here, then decode
+        first = await job.events.get()
+        failure = await job.events.get()
+        runtime.failing = False
+        again = runtime.new_sequence(list(range(3, 20)), PARAMS)
+        job2 = worker.submit(again)
+        events = [await job2.events.get() for _ in range(PARAMS.max_tokens)]
+        loop.cancel()
+        return worker, seq, first, failure, again, events
+
+    worker, seq, first, failure, again, events = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert not isinstance(first, BaseException)  # the prefill step worked
+    assert isinstance(failure, RuntimeError) and "boom" in str(failure)
+    assert seq.finish_reason is FinishReason.ERROR
+    assert events[-1][1].finish_reason is FinishReason.LENGTH and len(again.output_ids) == PARAMS.max_tokens
+    assert not worker.scheduler.has_work() and worker.scheduler.budget.used == 0
+
+
+def test_cancel_removes_the_request_and_frees_its_kv(tiny_runtime):
+    async def scenario():
+        worker = make_worker(tiny_runtime)
+        loop = asyncio.create_task(worker.run())
+        seq = tiny_runtime.new_sequence(list(range(3, 40)), SamplingParams(max_tokens=300, temperature=0.0,
+                                                                            ignore_eos=True))
+        job = worker.submit(seq)
+        for _ in range(3):
+            await job.events.get()
+        worker.cancel(job)  # possibly while a step that uses it runs
+        for _ in range(200):
+            if not worker.scheduler.has_work():
+                break
+            await asyncio.sleep(0.05)
+        loop.cancel()
+        return worker, seq
+
+    worker, seq = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert not worker.scheduler.has_work() and worker.scheduler.budget.used == 0
+    assert seq.finish_reason is FinishReason.ABORT and seq.kv.length == 0 and seq.kv.slot is None
