@@ -28,7 +28,8 @@ class Overheads:
 
 
 def family(gpu_name: str) -> str:
-    return "h20" if gpu_name.upper().startswith("H20") else "hopper"
+    name = gpu_name.upper()
+    return "h20" if name == "H20" or name.startswith("H20-") else "hopper"  # not H200
 
 
 _override: dict | None = None

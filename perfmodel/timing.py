@@ -136,8 +136,8 @@ def allreduce_seconds(nbytes: float, gpu: GPU, ranks: int, gpus_per_node: int = 
     nodes = -(-ranks // gpus_per_node)
     if nodes > 1:
         local = min(ranks, gpus_per_node)
-        t += INTERNODE_ALLREDUCE_LATENCY_S + 2 * (nodes - 1) / nodes * (nbytes / local) / gpu.nic_bandwidth_per_gpu(
-            gpus_per_node)
+        latency = global_constant("internode_allreduce_latency_s", INTERNODE_ALLREDUCE_LATENCY_S)
+        t += latency + 2 * (nodes - 1) / nodes * (nbytes / local) / gpu.nic_bandwidth_per_gpu(gpus_per_node)
     return float(t)
 
 
@@ -325,6 +325,8 @@ class TimingModel:
             parts["communication"] = comm
             groups["communication"] = GroupCost(compute_s=comm)
         parts["overhead"] = m.n_layers * self.overheads.layer_overhead_s + self.overheads.step_overhead_s
+        groups["overhead"] = GroupCost(compute_s=parts["overhead"], factors={
+            "per_layer_us": self.overheads.layer_overhead_s * 1e6, "per_step_us": self.overheads.step_overhead_s * 1e6})
         return Breakdown(parts, tokens=tokens, groups=groups)
 
     # --- the questions the services ask ---------------------------------------------------------------------------------

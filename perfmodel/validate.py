@@ -30,6 +30,23 @@ from perfmodel.timing import SOFTWARE, TimingModel
 
 DATA = Path(__file__).resolve().parent / "data" / "published_measurements.csv"
 GOAL = 0.15  # every held-out row within +-15%
+# Held-out rows the model misses by more than GOAL, each with the reason. They stay in the table and in every
+# summary; the test checks that this list is exactly the set of misses (no miss unnamed, no stale name).
+KNOWN_MISSES: dict[str, str] = {
+    "h100-awq-ttft-1k": "inconsistent with h100-awq-ttft-4k from the same source: 1024 -> 4096 tokens adds only 15 ms "
+                        "there while 128 -> 1024 adds 58 ms; no cost that grows with prompt length fits both",
+    "h100x16-tp16-ttft-4k": "the source's TTFT is nearly flat (128: 180 ms, 2k: 191 ms, 4k: 200 ms); prefilling 2,048 "
+                            "more tokens on 16 H100 costs more than 9 ms by FLOPs alone",
+    "h20-ant-prefill-4k": "the source's prefill runs optimizations the model lacks: q_a/kv_a computed token-split "
+                          "(reduce-scatter + all-gather) instead of replicated, MHA/MLA switching, tuned MoE kernels",
+    "ds-profile-prefill": "multi-node prefill: the model lets two-batch overlap hide all all-to-all and has no "
+                          "per-token element-wise, routing and permutation costs; measured ~1/3 of FP8 peak per GPU",
+    "sglang-ep-prefill-1k": "multi-node prefill, as ds-profile-prefill",
+    "sglang-ep-prefill-2k": "multi-node prefill, as ds-profile-prefill",
+    "sglang-ep-prefill-4k": "multi-node prefill, as ds-profile-prefill",
+    "sglang-ep-decode-2k": "EP72 with 32 redundant experts (EPLB) at 256 requests per GPU: per-token element-wise costs "
+                           "the model does not have grow with the batch",
+}
 THROUGHPUT_METRICS = ("prefill_throughput_per_node", "decode_throughput_per_gpu", "decode_throughput_per_node")
 
 
@@ -203,7 +220,7 @@ def format_table(results: list[Validation]) -> str:
                 lines.append(f"{r.row_id:<24} {r.metric:<28} {_fmt(r.measured, r.unit):>11} {'-':>11} {'-':>8}  "
                              f"not modeled: {r.note}")
                 continue
-            flag = "" if r.within_goal else f"  outside +-{GOAL:.0%}"
+            flag = "" if r.within_goal else f"  outside +-{GOAL:.0%}: {KNOWN_MISSES.get(r.row_id, 'UNEXPLAINED')}"
             lines.append(f"{r.row_id:<24} {r.metric:<28} {_fmt(r.measured, r.unit):>11} "
                          f"{_fmt(r.predicted, r.unit):>11} {r.error * 100:>+7.1f}%{flag}")
         s = summary(results, split)
