@@ -44,6 +44,10 @@ A2A_BANDWIDTH_PREFILL = 330 * GIGA
 MLA_QUERY_TILE = 64
 # FP8 MLA (FP8 Q and KV, FP8 WGMMA) against BF16 FlashMLA on H20: "~70% speedup" (LMSYS blog 2025-09-26, Ant Group).
 FP8_ATTENTION_SPEEDUP = 1.7
+# SMs DeepEP's normal (prefill) kernels occupy while they run: deep_ep.Buffer.num_sms = 20 (github.com/deepseek-ai/
+# DeepEP). Under two-batch overlap in prefill, compute shares the GPU with them; low-latency (decode) kernels hold no
+# SMs while in flight (deepseek-ai/profile-data README).
+DEEPEP_NORMAL_SMS = 20
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,7 @@ class TimingModel:
             software = SOFTWARE[software]
         self.software = software
         self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
+        self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP
         self.overheads: Overheads = overheads(software.name, self.gpu.name, {
             "layer_overhead_s": software.layer_overhead_s, "step_overhead_s": software.step_overhead_s,
             "request_overhead_s": software.request_overhead_s})
@@ -225,10 +230,14 @@ class TimingModel:
 
         # attention projections: replicated down-projection + split remainder (kv_b separately in decode)
         absorbed = m.absorbed_params if decode else 0
-        local = m.attention_replicated_params + (m.attention_sharded_params - absorbed) / shards
+        split = m.attention_sharded_params - absorbed
+        # the replicated down-projection runs on every TP rank for all tokens, unless it is split by tokens
+        # (reduce-scatter, down-projection, all-gather: Ant Group's H20 prefill)
+        down_tokens = t_mine / shards if self.token_split_down_proj else t_mine
         expand = 0.0 if decode else 2.0 * m.absorbed_params / shards * sum(c for _, c in mine)  # cached prefix K/V
-        groups["attention_proj"] = self._gemm(m.n_layers * (2.0 * local * t_mine + expand),
-                                              m.n_layers * local * wb, m.weight_precision)
+        groups["attention_proj"] = self._gemm(
+            m.n_layers * (2.0 * m.attention_replicated_params * down_tokens + 2.0 * split / shards * t_mine + expand),
+            m.n_layers * (m.attention_replicated_params + split / shards) * wb, m.weight_precision)
         if absorbed:
             groups["mla_absorb"] = self._gemm(m.n_layers * 2.0 * absorbed / shards * t_mine,
                                               m.n_layers * absorbed / shards * BYTES_PER_PARAM["bf16"], "bf16")
@@ -261,8 +270,37 @@ class TimingModel:
         head_split = shards if p.dp_attention else p.tp
         groups["lm_head"] = self._gemm(2.0 * m.embedding_params * (rows_mine if p.dp_attention else head_rows)
                                        / head_split, m.embedding_params * BYTES_PER_PARAM["bf16"] / head_split, "bf16")
+        groups["elementwise"] = self._elementwise(t_mine, t_tp, tokens)
         groups["_comm"] = GroupCost(compute_s=self._communication(tokens, t_mine, decode))
         return groups
+
+    def _elementwise(self, t_mine: float, t_tp: float, tokens: int) -> GroupCost:
+        """Memory-bound passes over activations that no GEMM roofline sees, counted per operator [E]: per token and
+        layer two RMSNorms (read + write 2H bytes each), two residual adds (read 4H, write 2H), FP8 quantization of the
+        GEMM inputs (read 2 B, write 1 B per value); per FFN row (routed expert-token pair, shared expert, dense FFN)
+        the gate/up output (4I), SiLU-and-mul (read 4I, write I), the down output (2H), and for routed pairs the
+        permutation and the weighted combine (2H + 2H)."""
+        m, p = self.model, self.parallel
+        h, shards = m.hidden, p.attention_shards
+        quant = 3 if m.weight_precision == "fp8" else 0
+        heads_out = m.n_heads // shards * (m.v_head_dim or m.head_dim)
+        per_token = 8 * h + 12 * h + quant * h * 2 + quant * heads_out
+        nbytes = m.n_layers * t_mine * per_token
+        if m.n_dense_layers:
+            inter = m.dense_intermediate / p.tp
+            nbytes += m.n_dense_layers * t_tp * (9 * inter + 2 * h)
+        if m.n_moe_layers:
+            if m.n_shared_experts:
+                dp_shared = p.ep > 1 and p.dp_attention
+                inter = m.moe_intermediate * m.n_shared_experts / (1 if dp_shared else p.tp)
+                nbytes += m.n_moe_layers * (t_mine if dp_shared else t_tp) * (9 * inter + 2 * h)
+            if p.ep > 1:
+                pairs = self._ep_load(tokens).max_pairs
+                nbytes += m.n_moe_layers * pairs * (9 * m.moe_intermediate + 6 * h)
+            else:
+                nbytes += m.n_moe_layers * t_tp * m.experts_per_token * (9 * m.moe_intermediate / p.tp + 2 * h)
+        g = self.gpu
+        return GroupCost(0.0, nbytes, 0.0, nbytes / (g.hbm_bandwidth * g.hbm_efficiency))
 
     def _ep_load(self, tokens: int) -> ExpertLoad:
         """Expected load of the busiest expert-parallel GPU for ``tokens`` tokens spread over all GPUs."""
@@ -316,6 +354,12 @@ class TimingModel:
         else:
             groups = self._groups(seqs, head_rows, decode)
         comm = groups.pop("_comm").compute_s
+        if p.two_batch_overlap and not decode:  # DeepEP normal kernels hold SMs while compute overlaps them
+            share = self.gpu.sms / (self.gpu.sms - DEEPEP_NORMAL_SMS)
+            for g in groups.values():
+                g.compute_s *= share
+                g.memory_s *= share
+                g.factors["sm_share"] = share
         parts = {name: g.seconds for name, g in groups.items()}
         if p.two_batch_overlap:
             compute = sum(parts.values())
