@@ -68,7 +68,7 @@ def _ms(s: float) -> str:
 
 def format_explain(title: str, groups: dict[str, dict]) -> list[str]:
     lines = ["", f"{title} (busiest GPU):",
-             f"  {'group':<16}{'GFLOP':>12}{'GB read':>10}{'compute ms':>12}{'memory ms':>11}{'ms':>10}  bound    factors"]
+             f"  {'group':<16}{'GFLOP':>12}{'GB moved':>10}{'compute ms':>12}{'memory ms':>11}{'ms':>10}  bound    factors"]
     for name, g in groups.items():
         factors = ", ".join(f"{k} {v:.2f}" for k, v in g["factors"].items())
         if name in ("communication", "overhead"):
