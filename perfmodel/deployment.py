@@ -73,8 +73,21 @@ def check_deployment(d: Deployment) -> MemoryFit:
 
 
 def kv_capacity_tokens(d: Deployment) -> int:
-    """KV tokens one attention replica of the deployment holds: the budget a modeled decode worker should use."""
-    return check_deployment(d).kv_tokens_per_replica
+    """KV tokens the whole modeled deployment holds: the budget of a decode worker that emulates it (``--kv-budget
+    modeled``). With data-parallel attention this is the sum over the DP ranks, each holding
+    ``d.memory().kv_tokens_per_replica`` for its share of the batch."""
+    return check_deployment(d).max_kv_tokens
+
+
+def deployment_from_args(args: object) -> Deployment:
+    """The deployment the services' ``--perf-*`` flags describe (flags a service lacks keep their defaults)."""
+    defaults = Deployment()
+    return Deployment(
+        model=getattr(args, "perf_model", defaults.model), hardware=getattr(args, "perf_hardware", defaults.hardware),
+        gpus=getattr(args, "perf_gpus", defaults.gpus), tp=getattr(args, "perf_tp", defaults.tp),
+        ep=getattr(args, "perf_ep", defaults.ep), dp_attention=getattr(args, "perf_dp_attention", False),
+        software=getattr(args, "perf_software", defaults.software),
+        kv_precision=getattr(args, "perf_kv_precision", ""))
 
 
 def check_scenario(d: Deployment, prompt_lens: list[int] | None = None, decode_batch: int = 0,

@@ -1,6 +1,7 @@
 """The timing model against published measurements (calibration and held-out rows), its physics on known facts, and
 the refusals of deployments and scenarios that cannot run."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.deployment import Deployment, check_deployment, check_scenario, kv_capacity_tokens
+from perfmodel.deployment import (Deployment, check_deployment, check_scenario, deployment_from_args,
+                                  kv_capacity_tokens)
 from perfmodel.fit import PLAN, fit
 from perfmodel.hardware import gpu
 from perfmodel.memory import memory_fit
@@ -150,7 +152,12 @@ def test_kv_capacity_for_the_decode_worker():
     d = Deployment(hardware="H20-141G")
     assert kv_capacity_tokens(d) == memory_fit(DEEPSEEK_R1, gpu("H20-141G"), ParallelConfig(8, 8, 8)).max_kv_tokens
     dp = Deployment(hardware="H20-141G", dp_attention=True)
-    assert kv_capacity_tokens(dp) * 8 == dp.memory().max_kv_tokens  # per DP rank
+    assert kv_capacity_tokens(dp) == 8 * dp.memory().kv_tokens_per_replica  # the sum over the 8 DP ranks
+    args = argparse.Namespace(perf_model="deepseek-r1", perf_hardware="H20-96G", perf_gpus=8, perf_tp=8, perf_ep=8,
+                              perf_software="sglang")
+    assert deployment_from_args(args) == Deployment(hardware="H20-96G")
+    with pytest.raises(ValueError, match="^gpus:"):
+        check_deployment(deployment_from_args(argparse.Namespace(perf_hardware="H20-96G", perf_dp_attention=True)))
 
 
 @pytest.mark.parametrize("kwargs, field", [
