@@ -1,7 +1,7 @@
-"""GPU profiles: datasheet peaks and the efficiencies measured on real machines.
+"""GPU profiles: datasheet peaks, usable memory and the efficiencies measured on real machines.
 
 Dense throughput only (datasheets quote 2x with structured sparsity). Sources: [V] vendor datasheet, [M] public
-measurement, [E] estimate; see ../shared/perf/hardware.md in the project's steering notes for the full list.
+measurement, [E] estimate. docs/perf-model.md lists every source.
 """
 
 from __future__ import annotations
@@ -10,6 +10,13 @@ from dataclasses import dataclass
 
 TERA = 1e12
 GIGA = 1e9
+MIB = 1024 * 1024
+
+# Fraction of the FP8 dense peak that block-scaled (128x128) FP8 GEMMs of DeepSeek's shapes reach [M]: DeepGEMM on
+# H800 runs M=4096 GEMMs with N x K = 7168 x 2048 at 1,159-1,204 TFLOP/s and 24576 x 1536 at 1,166-1,204 TFLOP/s,
+# 0.59-0.61 of 1,979 (github.com/deepseek-ai/DeepGEMM pull requests 74 and 81, 2025-03/04). Assumed for every
+# Hopper part; no H20 figure is published.
+FP8_BLOCK_GEMM_EFFICIENCY = 0.60
 
 
 @dataclass(frozen=True)
@@ -17,35 +24,52 @@ class GPU:
     name: str
     bf16_flops: float  # dense FLOP/s
     fp8_flops: float
-    hbm_bytes: float
+    hbm_bytes: float  # usable bytes as nvidia-smi reports them (not the marketing figure)
     hbm_bandwidth: float  # bytes/s
     nvlink_bandwidth: float  # bytes/s per GPU, bidirectional
     sms: int
     # fractions of peak that real kernels reach [M]
-    gemm_efficiency: float = 0.75  # large GEMMs
+    gemm_efficiency: float = 0.75  # large BF16 GEMMs
+    fp8_gemm_efficiency: float = FP8_BLOCK_GEMM_EFFICIENCY
     hbm_efficiency: float = 0.82  # streaming reads (weights, KV)
     attention_efficiency: float = 0.70  # FlashAttention / FlashMLA compute
-    internode_bandwidth: float = 45 * GIGA  # per 400 Gb/s NIC, measured [M]
-    nics: int = 4
+    nic_bandwidth: float = 45 * GIGA  # per 400 Gb/s NIC, achieved [M]
+    nics: int = 8  # per 8-GPU server
 
     def flops(self, precision: str) -> float:
         return self.fp8_flops if precision == "fp8" else self.bf16_flops
 
+    def gemm_rate(self, precision: str) -> float:
+        """FLOP/s a large GEMM of this precision really reaches."""
+        if precision == "fp8":
+            return self.fp8_flops * self.fp8_gemm_efficiency
+        return self.bf16_flops * self.gemm_efficiency
+
+    def nic_bandwidth_per_gpu(self, gpus_per_node: int = 8) -> float:
+        return self.nic_bandwidth * self.nics / gpus_per_node
+
+
+# Usable memory [M]: nvidia-smi reports 97,871 MiB for the H20 sold as 96 GB, 143,771 MiB for the 141 GB parts
+# (H20-3e, H200; sgl-project/sglang issue 3196) and 81,559 MiB for the 80 GB H100/H800 (sgl-project/sglang issue 5429).
+H20_96_BYTES = 97_871 * MIB
+GB141_BYTES = 143_771 * MIB
+GB80_BYTES = 81_559 * MIB
 
 GPUS: dict[str, GPU] = {
-    # H20 96 GB: 148 / 296 TFLOP/s [V], 4.0 TB/s [V], NVLink 900 GB/s [V], 78 SMs [V].
-    # Measured [M]: BF16 GEMM 136-142 TFLOP/s (0.94), HBM copy ~3.3 TB/s (0.82), FlashMLA ~125-130 TFLOP/s (0.86).
-    "H20-96G": GPU("H20-96G", 148 * TERA, 296 * TERA, 96e9, 4.0e12, 900 * GIGA, 78,
-                   gemm_efficiency=0.92, hbm_efficiency=0.82, attention_efficiency=0.86),
+    # H20 96 GB: 148 / 296 TFLOP/s [V], 4.0 TB/s [V], NVLink 900 GB/s [V], 78 SMs [V], 4 x 400 Gb/s NICs per server
+    # (LMSYS blog 2025-09-26, Ant Group). Measured [M]: BF16 GEMM 136-142 TFLOP/s (0.92), HBM copy ~3.3 TB/s (0.82),
+    # FlashMLA ~125-130 TFLOP/s (0.86).
+    "H20-96G": GPU("H20-96G", 148 * TERA, 296 * TERA, H20_96_BYTES, 4.0e12, 900 * GIGA, 78,
+                   gemm_efficiency=0.92, hbm_efficiency=0.82, attention_efficiency=0.86, nics=4),
     # H20 141 GB ("H20-3e"): same compute [V]; 4.8 TB/s is an estimate [E] (unpublished; assumed equal to H200).
-    "H20-141G": GPU("H20-141G", 148 * TERA, 296 * TERA, 141e9, 4.8e12, 900 * GIGA, 78,
-                    gemm_efficiency=0.92, hbm_efficiency=0.82, attention_efficiency=0.86),
-    # H800 SXM: 989 / 1979 TFLOP/s [V], 80 GB, 3.35 TB/s [V], NVLink 400 GB/s [V], 132 SMs.
-    "H800": GPU("H800", 989 * TERA, 1979 * TERA, 80e9, 3.35e12, 400 * GIGA, 132),
+    "H20-141G": GPU("H20-141G", 148 * TERA, 296 * TERA, GB141_BYTES, 4.8e12, 900 * GIGA, 78,
+                    gemm_efficiency=0.92, hbm_efficiency=0.82, attention_efficiency=0.86, nics=4),
+    # H800 SXM: 989 / 1979 TFLOP/s [V], 80 GB, 3.35 TB/s [V], NVLink 400 GB/s [V], 132 SMs, 8 x 400 Gb/s NICs.
+    "H800": GPU("H800", 989 * TERA, 1979 * TERA, GB80_BYTES, 3.35e12, 400 * GIGA, 132),
     # H100 SXM: 989 / 1979 TFLOP/s [V], 80 GB, 3.35 TB/s [V], NVLink 900 GB/s [V], 132 SMs.
-    "H100": GPU("H100", 989 * TERA, 1979 * TERA, 80e9, 3.35e12, 900 * GIGA, 132),
+    "H100": GPU("H100", 989 * TERA, 1979 * TERA, GB80_BYTES, 3.35e12, 900 * GIGA, 132),
     # H200 SXM: H100 compute [V], 141 GB HBM3e at 4.8 TB/s [V], NVLink 900 GB/s [V].
-    "H200": GPU("H200", 989 * TERA, 1979 * TERA, 141e9, 4.8e12, 900 * GIGA, 132),
+    "H200": GPU("H200", 989 * TERA, 1979 * TERA, GB141_BYTES, 4.8e12, 900 * GIGA, 132),
 }
 
 

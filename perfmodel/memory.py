@@ -8,18 +8,22 @@ from perfmodel.hardware import GPU
 from perfmodel.models import BYTES_PER_PARAM, ModelProfile
 from perfmodel.parallel import ParallelConfig
 
-RESERVED_FRACTION = 0.10  # activations, CUDA graphs, allocator slack, communication buffers
+# Activations, CUDA graphs, allocator slack, communication buffers: SGLang's default --mem-fraction-static leaves
+# roughly this share of usable memory outside the weights + KV pool on 8-GPU Hopper nodes.
+RESERVED_FRACTION = 0.10
 
 
 @dataclass
 class MemoryFit:
-    hbm_bytes_per_gpu: float
+    hbm_bytes_per_gpu: float  # usable, as nvidia-smi reports
     weight_bytes_per_gpu: float
     reserved_bytes_per_gpu: float
     kv_bytes_free_per_gpu: float
     kv_bytes_per_token_per_gpu: float
     max_kv_tokens: int  # across the whole deployment (all attention replicas)
+    kv_tokens_per_replica: int  # what one attention replica (one DP rank, or the TP group) can hold
     fits: bool
+    weights: dict[str, float]  # bytes per GPU by kind
 
     def max_batch(self, context_len: int) -> int:
         return self.max_kv_tokens // max(1, context_len)
@@ -28,22 +32,40 @@ class MemoryFit:
         return asdict(self)
 
 
+def weight_breakdown(m: ModelProfile, p: ParallelConfig) -> dict[str, float]:
+    """Bytes of weights each GPU really holds, by kind."""
+    wb, bf16 = m.bytes_per_weight, BYTES_PER_PARAM["bf16"]
+    shards = p.attention_shards
+    w = {
+        "attention_replicated": m.n_layers * m.attention_replicated_params * wb,
+        "attention_split": m.n_layers * m.attention_sharded_params * wb / shards,
+        "mla_absorbed_bf16": m.n_layers * m.absorbed_params * bf16 / shards,
+        "dense_ffn": m.n_dense_layers * m.dense_ffn_params * wb / p.tp,
+        "routed_experts": m.n_moe_layers * m.n_routed_experts * m.expert_params * wb / p.expert_split,
+        "router_gates": m.n_moe_layers * m.router_params * bf16 if m.n_routed_experts else 0.0,
+        "embeddings_and_head": m.embedding_params * bf16 * (1 if m.tied_embeddings else 2)
+        / (shards if p.dp_attention else p.tp),
+    }
+    shared_split = 1 if (p.ep > 1 and p.dp_attention) else p.tp
+    w["shared_experts"] = m.n_moe_layers * m.n_shared_experts * m.expert_params * wb / shared_split
+    return w
+
+
 def weight_bytes_per_gpu(m: ModelProfile, p: ParallelConfig) -> float:
-    wb = m.bytes_per_weight
-    attention = m.n_layers * m.attention_params * wb / p.attention_shards
-    dense = m.n_dense_layers * m.dense_ffn_params * wb / p.tp
-    shared = m.n_moe_layers * m.n_shared_experts * m.expert_params * wb / p.tp
-    routed = m.n_moe_layers * m.n_routed_experts * m.expert_params * wb / p.expert_split
-    embeddings = m.embedding_params * BYTES_PER_PARAM["bf16"] * (1 if m.tied_embeddings else 2) / p.tp
-    return attention + dense + shared + routed + embeddings
+    return sum(weight_breakdown(m, p).values())
+
+
+def kv_bytes_per_token_per_gpu(m: ModelProfile, p: ParallelConfig) -> float:
+    # MLA's latent is shared by all heads: every tensor-parallel rank keeps all of it. GQA splits KV heads.
+    return m.kv_bytes_per_token / (1 if m.attention == "mla" else min(p.attention_shards, m.n_kv_heads))
 
 
 def memory_fit(m: ModelProfile, gpu: GPU, p: ParallelConfig) -> MemoryFit:
-    weights = weight_bytes_per_gpu(m, p)
+    parts = weight_breakdown(m, p)
+    weights = sum(parts.values())
     reserved = RESERVED_FRACTION * gpu.hbm_bytes
     free = max(0.0, gpu.hbm_bytes - weights - reserved)
-    # MLA's latent is shared by all heads: every tensor-parallel rank keeps all of it. GQA splits KV heads.
-    per_token = m.kv_bytes_per_token / (1 if m.attention == "mla" else min(p.attention_shards, m.n_kv_heads))
+    per_token = kv_bytes_per_token_per_gpu(m, p)
     tokens_per_replica = int(free // per_token)
-    return MemoryFit(gpu.hbm_bytes, weights, reserved, free, per_token,
-                     tokens_per_replica * p.attention_replicas, weights + reserved < gpu.hbm_bytes)
+    return MemoryFit(gpu.hbm_bytes, weights, reserved, free, per_token, tokens_per_replica * p.attention_replicas,
+                     tokens_per_replica, weights + reserved < gpu.hbm_bytes, parts)

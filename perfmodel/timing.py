@@ -1,11 +1,14 @@
 """How long a forward step takes on the modeled deployment, from the batch that really ran.
 
-Each operator group is a roofline on one GPU: time = max(FLOPs / (peak x efficiency), bytes / (HBM bandwidth x
-efficiency)). Groups: attention projections, the attention core (reading the KV cache: MLA's 576-wide latent for
-DeepSeek), dense FFNs, shared experts, routed experts (weights of the *distinct* experts a batch touches), the output
-head. Communication per layer: tensor-parallel all-reduce (interpolated from measured NVLink figures) and
-expert-parallel all-to-all. A fixed per-layer and per-step overhead (launches, norms, routing, scheduling, sampling)
-comes from the software profile. Nothing overlaps except compute with memory inside one group.
+Each operator group is a roofline on the *busiest* GPU: time = max(FLOPs / (peak x efficiency), bytes / (HBM bandwidth
+x efficiency)). Groups: attention projections (the fused q_a/kv_a down-projection replicated on every TP rank, the
+rest split), the absorbed MLA projections (BF16 copies, decode only), the attention core (MLA decode pads each GPU's
+query heads to the kernel's 64-row tile), dense FFNs, shared experts, routed experts (the expected busiest
+expert-parallel GPU under group-limited routing, see routing.py), the output head. Communication per layer:
+tensor-parallel all-reduce (interpolated from measured NVLink figures; over the NICs when the group spans nodes) and
+expert-parallel all-to-all (NVLink inside a node, NICs across nodes). Two-batch overlap runs two half batches and hides
+communication behind compute. Per-layer, per-step and per-request overheads are fitted per software and GPU family
+(overheads.py). ``explain`` keeps every group's FLOPs, bytes and bound so the arithmetic can be checked by hand.
 """
 
 from __future__ import annotations
@@ -13,51 +16,99 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from perfmodel.hardware import GPU, GIGA, gpu as gpu_by_name
 from perfmodel.models import BYTES_PER_PARAM, ModelProfile, model_profile
+from perfmodel.overheads import Overheads, global_constant, overheads
 from perfmodel.parallel import ParallelConfig
+from perfmodel.routing import ExpertLoad, expert_load
 
 MICRO = 1e-6
 
 # One-shot custom all-reduce (message <= 4 MB) then NCCL ring, 8 GPUs on NVLink (900 GB/s class) [M].
-ALLREDUCE_POINTS = [(2e3, 6e-6), (1e6, 17e-6), (4e6, 34e-6), (16e6, 111e-6), (64e6, 322e-6)]
+ALLREDUCE_BYTES = np.array([2e3, 1e6, 4e6, 16e6, 64e6])
+ALLREDUCE_SECONDS = np.array([6e-6, 17e-6, 34e-6, 111e-6, 322e-6])
+# Extra latency of a hierarchical all-reduce that crosses nodes (NCCL over InfiniBand, small messages): fitted by
+# perfmodel/fit.py (global constant internode_allreduce_latency_s); this default is only the fallback [E].
+INTERNODE_ALLREDUCE_LATENCY_S = 30e-6
 
 # Expert-parallel all-to-all inside one node (DeepEP) [M]: low-latency mode, 128 tokens top-8 on an H20 node,
 # dispatch + combine about 222 us for ~22 MB per rank -> ~110 GB/s plus launch latency; normal mode ~330 GB/s.
+# Both measured on 900 GB/s NVLink and scaled by NVLink bandwidth elsewhere (H800: DeepEP reports ~155 GB/s).
 A2A_LATENCY_S = 25e-6
 A2A_BANDWIDTH_DECODE = 110 * GIGA
 A2A_BANDWIDTH_PREFILL = 330 * GIGA
 
+# MLA decode kernels (FlashMLA, FA3-MLA) work on 64 query rows per tile (github.com/deepseek-ai/FlashMLA).
+MLA_QUERY_TILE = 64
+# FP8 MLA (FP8 Q and KV, FP8 WGMMA) against BF16 FlashMLA on H20: "~70% speedup" (LMSYS blog 2025-09-26, Ant Group).
+FP8_ATTENTION_SPEEDUP = 1.7
+# SMs DeepEP's normal (prefill) kernels occupy while they run: deep_ep.Buffer.num_sms = 20 (github.com/deepseek-ai/
+# DeepEP). Under two-batch overlap in prefill, compute shares the GPU with them; low-latency (decode) kernels hold no
+# SMs while in flight (deepseek-ai/profile-data README).
+DEEPEP_NORMAL_SMS = 20
+
 
 @dataclass(frozen=True)
 class SoftwareProfile:
-    """What the serving stack adds on top of the kernels' roofline; calibrated against published runs."""
+    """What the serving stack adds on top of the kernels' roofline. Overheads here are the fallback only: the fitted
+    figures per GPU family live in data/calibration.json (``python -m perfmodel.fit``)."""
 
     name: str
-    layer_overhead_s: float  # per layer per forward step: small kernels, launches, norms, routing
-    step_overhead_s: float  # per forward step: scheduling, sampling, graph replay
-    request_overhead_s: float = 0.0  # per request, on TTFT only: API, tokenization, queue hops
+    layer_overhead_s: float
+    step_overhead_s: float
+    request_overhead_s: float = 0.0
     gemm_efficiency_scale: float = 1.0  # e.g. weight-only int4 kernels reach less of the GEMM peak
     prefill_chunk_tokens: int = 0  # chunked prefill: tokens per forward step (0: whole prompts)
 
+    def with_chunk(self, tokens: int) -> "SoftwareProfile":
+        return SoftwareProfile(self.name, self.layer_overhead_s, self.step_overhead_s, self.request_overhead_s,
+                               self.gemm_efficiency_scale, tokens)
+
 
 SOFTWARE: dict[str, SoftwareProfile] = {
-    # SGLang-class stack with CUDA graphs and fused MoE kernels; layer overhead calibrated on h200-tp8-c4.
+    # SGLang-class stack with CUDA graphs, DeepGEMM / fused MoE kernels, FlashMLA.
     "sglang": SoftwareProfile("sglang", layer_overhead_s=95e-6, step_overhead_s=0.5e-3, request_overhead_s=5e-3),
-    # vLLM serving AWQ (int4 weight-only) DeepSeek-R1: slower MoE kernels and more per-request overhead;
-    # calibrated on h100-awq-c1 (decode) and h100-awq-ttft-128 (request overhead), see perfmodel/validate.py.
+    # vLLM serving AWQ (int4 weight-only) DeepSeek-R1: slower MoE kernels and more per-request overhead.
     "vllm-awq": SoftwareProfile("vllm-awq", layer_overhead_s=215e-6, step_overhead_s=1.0e-3,
-                                request_overhead_s=18e-3, gemm_efficiency_scale=1.0, prefill_chunk_tokens=8192),
+                                request_overhead_s=18e-3, prefill_chunk_tokens=8192),
 }
 
 
 @dataclass
+class GroupCost:
+    """One operator group on the busiest GPU: the arithmetic behind its seconds."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    factors: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    def plus(self, other: "GroupCost") -> "GroupCost":
+        factors = dict(self.factors)
+        factors.update(other.factors)
+        return GroupCost(self.flops + other.flops, self.bytes + other.bytes, self.compute_s + other.compute_s,
+                         self.memory_s + other.memory_s, factors)
+
+
+@dataclass
 class Breakdown:
-    """Seconds per component of one modeled step (or request)."""
+    """Seconds per component of one modeled step (or request); ``groups`` keeps the arithmetic of each roofline."""
 
     parts: dict[str, float] = field(default_factory=dict)
     tokens: int = 0
     steps: int = 1
+    groups: dict[str, GroupCost] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -66,6 +117,8 @@ class Breakdown:
     def add(self, other: "Breakdown") -> "Breakdown":
         for k, v in other.parts.items():
             self.parts[k] = self.parts.get(k, 0.0) + v
+        for k, g in other.groups.items():
+            self.groups[k] = self.groups[k].plus(g) if k in self.groups else g
         self.tokens += other.tokens
         self.steps += other.steps
         return self
@@ -74,26 +127,64 @@ class Breakdown:
         return dict(self.parts, total=self.seconds)
 
 
-def allreduce_seconds(nbytes: float, gpu: GPU, ranks: int) -> float:
+def allreduce_seconds(nbytes: float, gpu: GPU, ranks: int, gpus_per_node: int = 8) -> float:
+    """All-reduce of ``nbytes`` over ``ranks`` GPUs: log-log interpolation of the NVLink measurements inside a node;
+    across nodes a hierarchical all-reduce adds the inter-node step over each GPU's share of the NICs."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
-    pts = ALLREDUCE_POINTS
-    if nbytes <= pts[0][0]:
-        t = pts[0][1]
-    elif nbytes >= pts[-1][0]:
-        t = pts[-1][1] * nbytes / pts[-1][0]
-    else:  # log-log interpolation between measured points
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-            if x0 <= nbytes <= x1:
-                f = (math.log(nbytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
-                t = math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
-                break
-    return t * max(1.0, 900 * GIGA / gpu.nvlink_bandwidth)  # measured on 900 GB/s NVLink
+    if nbytes >= ALLREDUCE_BYTES[-1]:
+        t = ALLREDUCE_SECONDS[-1] * nbytes / ALLREDUCE_BYTES[-1]
+    else:  # np.interp holds the first point below the measured range
+        t = math.exp(np.interp(math.log(nbytes), np.log(ALLREDUCE_BYTES), np.log(ALLREDUCE_SECONDS)))
+    t *= max(1.0, 900 * GIGA / gpu.nvlink_bandwidth)  # measured on 900 GB/s NVLink
+    nodes = -(-ranks // gpus_per_node)
+    if nodes > 1:
+        local = min(ranks, gpus_per_node)
+        latency = global_constant("internode_allreduce_latency_s", INTERNODE_ALLREDUCE_LATENCY_S)
+        t += latency + 2 * (nodes - 1) / nodes * (nbytes / local) / gpu.nic_bandwidth_per_gpu(gpus_per_node)
+    return float(t)
+
+
+def all_to_all_seconds(local_bytes: float, remote_bytes: float, gpu: GPU, decode: bool,
+                       gpus_per_node: int = 8) -> float:
+    """Dispatch + combine through the busiest GPU: ``local_bytes`` over NVLink, ``remote_bytes`` over its share of
+    the NICs, concurrently."""
+    if local_bytes <= 0 and remote_bytes <= 0:
+        return 0.0
+    local_bw = (A2A_BANDWIDTH_DECODE if decode else A2A_BANDWIDTH_PREFILL) * min(1.0, gpu.nvlink_bandwidth / (900 * GIGA))
+    return 2 * A2A_LATENCY_S + max(local_bytes / local_bw, remote_bytes / gpu.nic_bandwidth_per_gpu(gpus_per_node))
+
+
+def expert_copies(experts_per_token: int, topk_groups: int, nodes: int, decode: bool) -> tuple[float, float]:
+    """Copies of one token's hidden state sent inside its node and to other nodes per MoE layer (uniform placement).
+
+    Low-latency (decode) all-to-all sends one copy per expert, k (1 - 1/nodes) of them off the node. Normal (prefill)
+    all-to-all sends one copy per destination node over RDMA and fans out over NVLink there: with group-limited
+    routing a token reaches topk_groups groups, so (nodes - 1)(1 - (1 - 1/nodes)^topk_groups) other nodes."""
+    local = experts_per_token / nodes
+    if nodes <= 1:
+        return float(experts_per_token), 0.0
+    if decode:
+        return local, experts_per_token * (1.0 - 1.0 / nodes)
+    return local, (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** topk_groups)
 
 
 def expected_distinct_experts(tokens: float, experts: int, per_token: int) -> float:
     """Distinct experts a batch of ``tokens`` touches if routing is uniform: N (1 - (1 - k/N)^T)."""
     return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+
+
+def busiest_share(seqs: list[tuple[int, int]], replicas: int) -> list[tuple[int, int]]:
+    """The sequences of the most loaded attention replica when ``seqs`` are spread greedily (largest first)."""
+    if replicas <= 1 or len(seqs) <= 1:
+        return list(seqs)
+    loads = [0.0] * replicas
+    shares: list[list[tuple[int, int]]] = [[] for _ in range(replicas)]
+    for n, c in sorted(seqs, key=lambda s: -(s[0] * (s[0] + 2 * s[1] + 1024))):
+        i = loads.index(min(loads))
+        shares[i].append((n, c))
+        loads[i] += n * (n + 2 * c + 1024)  # tokens weigh with the attention they need
+    return shares[loads.index(max(loads))]
 
 
 class TimingModel:
@@ -102,74 +193,194 @@ class TimingModel:
         self.model = model_profile(model) if isinstance(model, str) else model
         self.gpu = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
         self.parallel = parallel or ParallelConfig()
-        self.software = SOFTWARE[software] if isinstance(software, str) else software
+        if isinstance(software, str):
+            if software not in SOFTWARE:
+                raise ValueError(f"software: unknown profile {software!r}; known: {', '.join(SOFTWARE)}")
+            software = SOFTWARE[software]
+        self.software = software
+        self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
+        self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP
+        self.overheads: Overheads = overheads(software.name, self.gpu.name, {
+            "layer_overhead_s": software.layer_overhead_s, "step_overhead_s": software.step_overhead_s,
+            "request_overhead_s": software.request_overhead_s})
 
     # --- rooflines ----------------------------------------------------------------------------------------------------
-    def _gemm(self, flops: float, weight_bytes: float, precision: str) -> float:
+    def _gemm(self, flops: float, nbytes: float, precision: str, **factors: float) -> GroupCost:
         g = self.gpu
-        peak = g.flops("fp8" if precision == "fp8" else "bf16")
-        compute = flops / (peak * g.gemm_efficiency * self.software.gemm_efficiency_scale)
-        memory = weight_bytes / (g.hbm_bandwidth * g.hbm_efficiency)
-        return max(compute, memory)
+        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16") * self.software.gemm_efficiency_scale
+        return GroupCost(flops, nbytes, flops / rate, nbytes / (g.hbm_bandwidth * g.hbm_efficiency), factors)
 
-    def _attention_core(self, flops: float, kv_bytes: float) -> float:
-        g = self.gpu
-        return max(flops / (g.bf16_flops * g.attention_efficiency), kv_bytes / (g.hbm_bandwidth * g.hbm_efficiency))
+    def _attention_core(self, flops: float, kv_bytes: float, **factors: float) -> GroupCost:
+        g, m = self.gpu, self.model
+        rate = g.bf16_flops * g.attention_efficiency
+        if m.kv_precision == "fp8" and m.attention == "mla":
+            rate *= FP8_ATTENTION_SPEEDUP
+        return GroupCost(flops, kv_bytes, flops / rate, kv_bytes / (g.hbm_bandwidth * g.hbm_efficiency), factors)
 
     # --- one forward step -----------------------------------------------------------------------------------------------
-    def forward(self, seqs: list[tuple[int, int]], head_rows: int, decode: bool) -> Breakdown:
-        """One step over sequences given as (new tokens, tokens already cached)."""
-        m, p, sw = self.model, self.parallel, self.software
+    def _groups(self, seqs: list[tuple[int, int]], head_rows: int, decode: bool) -> dict[str, GroupCost]:
+        """Compute groups of one forward pass on the busiest GPU."""
+        m, p = self.model, self.parallel
         wb = m.bytes_per_weight
+        shards = p.attention_shards
         tokens = sum(n for n, _ in seqs)
-        per_replica = tokens / p.attention_replicas
-        per_gpu = tokens / p.gpus
-        parts: dict[str, float] = {}
+        mine = busiest_share(seqs, p.attention_replicas)
+        t_mine = sum(n for n, _ in mine)
+        groups: dict[str, GroupCost] = {}
 
-        parts["attention_proj"] = self._gemm(2.0 * m.attention_params * m.n_layers * per_replica / p.attention_shards,
-                                             m.n_layers * m.attention_params * wb / p.attention_shards,
-                                             m.weight_precision)
-        core_flops = sum(m.attention_flops(n, c, absorbed=decode) for n, c in seqs) / p.gpus
-        kv_tokens = sum(n + c for n, c in seqs)
-        kv_split = p.attention_replicas * (1 if m.attention == "mla" else p.attention_shards)
-        parts["attention_core"] = self._attention_core(core_flops, kv_tokens * m.kv_bytes_per_token / kv_split)
+        # attention projections: replicated down-projection + split remainder (kv_b separately in decode)
+        absorbed = m.absorbed_params if decode else 0
+        split = m.attention_sharded_params - absorbed
+        # the replicated down-projection runs on every TP rank for all tokens, unless it is split by tokens
+        # (reduce-scatter, down-projection, all-gather: Ant Group's H20 prefill)
+        down_tokens = t_mine / shards if self.token_split_down_proj else t_mine
+        expand = 0.0 if decode else 2.0 * m.absorbed_params / shards * sum(c for _, c in mine)  # cached prefix K/V
+        groups["attention_proj"] = self._gemm(
+            m.n_layers * (2.0 * m.attention_replicated_params * down_tokens + 2.0 * split / shards * t_mine + expand),
+            m.n_layers * (m.attention_replicated_params + split / shards) * wb, m.weight_precision)
+        if absorbed:
+            groups["mla_absorb"] = self._gemm(m.n_layers * 2.0 * absorbed / shards * t_mine,
+                                              m.n_layers * absorbed / shards * BYTES_PER_PARAM["bf16"], "bf16")
+
+        # attention core
+        pad = 1.0
+        if decode and m.attention == "mla" and mine:
+            rows = m.n_heads // shards * max(n for n, _ in mine)
+            pad = math.ceil(rows / MLA_QUERY_TILE) * MLA_QUERY_TILE / rows
+        core_flops = sum(m.attention_flops(n, c, absorbed=decode) for n, c in mine) / shards * pad
+        kv_split = 1 if m.attention == "mla" else min(shards, m.n_kv_heads)
+        kv_bytes = sum(n + c for n, c in mine) * m.kv_bytes_per_token / kv_split
+        groups["attention_core"] = self._attention_core(core_flops, kv_bytes, head_padding=pad)
+
+        # feed-forward: dense layers tensor-parallel over the tokens of one TP group
+        t_tp = tokens * p.tp / p.gpus
         if m.n_dense_layers:
-            parts["dense_ffn"] = self._gemm(2.0 * m.dense_ffn_params * m.n_dense_layers * per_gpu,
-                                            m.n_dense_layers * m.dense_ffn_params * wb / p.tp, m.weight_precision)
+            groups["dense_ffn"] = self._gemm(2.0 * m.dense_ffn_params * m.n_dense_layers * t_tp / p.tp,
+                                             m.n_dense_layers * m.dense_ffn_params * wb / p.tp, m.weight_precision)
         if m.n_moe_layers:
             if m.n_shared_experts:
                 shared = m.n_moe_layers * m.n_shared_experts * m.expert_params
-                parts["shared_experts"] = self._gemm(2.0 * shared * per_gpu, shared * wb / p.tp, m.weight_precision)
-            touched = expected_distinct_experts(tokens, m.n_routed_experts, m.experts_per_token)
-            parts["routed_experts"] = self._gemm(
-                2.0 * m.expert_params * m.experts_per_token * m.n_moe_layers * per_gpu,
-                m.n_moe_layers * touched * m.expert_params * wb / p.expert_split, m.weight_precision)
-        head_bytes = BYTES_PER_PARAM["bf16"]
-        parts["lm_head"] = self._gemm(2.0 * m.embedding_params * head_rows / p.gpus,
-                                      m.embedding_params * head_bytes / p.tp, "bf16")
-        parts["communication"] = self._communication(per_replica, per_gpu, decode)
-        parts["overhead"] = m.n_layers * sw.layer_overhead_s + sw.step_overhead_s
-        return Breakdown(parts, tokens=tokens)
+                if p.ep > 1 and p.dp_attention:  # DeepEP deployments keep the shared expert whole on every rank
+                    groups["shared_experts"] = self._gemm(2.0 * shared * t_mine, shared * wb, m.weight_precision)
+                else:
+                    groups["shared_experts"] = self._gemm(2.0 * shared * t_tp / p.tp, shared * wb / p.tp,
+                                                          m.weight_precision)
+            groups["routed_experts"] = self._routed(tokens)
+        rows_mine = head_rows * (t_mine / tokens if tokens else 1.0)
+        head_split = shards if p.dp_attention else p.tp
+        groups["lm_head"] = self._gemm(2.0 * m.embedding_params * (rows_mine if p.dp_attention else head_rows)
+                                       / head_split, m.embedding_params * BYTES_PER_PARAM["bf16"] / head_split, "bf16")
+        groups["elementwise"] = self._elementwise(t_mine, t_tp, tokens)
+        groups["_comm"] = GroupCost(compute_s=self._communication(tokens, t_mine, decode))
+        return groups
 
-    def _communication(self, per_replica: float, per_gpu: float, decode: bool) -> float:
+    def _elementwise(self, t_mine: float, t_tp: float, tokens: int) -> GroupCost:
+        """Memory-bound passes over activations that no GEMM roofline sees, counted per operator [E]: per token and
+        layer two RMSNorms (read + write 2H bytes each), two residual adds (read 4H, write 2H), FP8 quantization of the
+        GEMM inputs (read 2 B, write 1 B per value); per FFN row (routed expert-token pair, shared expert, dense FFN)
+        the gate/up output (4I), SiLU-and-mul (read 4I, write I), the down output (2H), and for routed pairs the
+        permutation and the weighted combine (2H + 2H)."""
         m, p = self.model, self.parallel
+        h, shards = m.hidden, p.attention_shards
+        quant = 3 if m.weight_precision == "fp8" else 0
+        heads_out = m.n_heads // shards * (m.v_head_dim or m.head_dim)
+        per_token = 8 * h + 12 * h + quant * h * 2 + quant * heads_out
+        nbytes = m.n_layers * t_mine * per_token
+        if m.n_dense_layers:
+            inter = m.dense_intermediate / p.tp
+            nbytes += m.n_dense_layers * t_tp * (9 * inter + 2 * h)
+        if m.n_moe_layers:
+            if m.n_shared_experts:
+                dp_shared = p.ep > 1 and p.dp_attention
+                inter = m.moe_intermediate * m.n_shared_experts / (1 if dp_shared else p.tp)
+                nbytes += m.n_moe_layers * (t_mine if dp_shared else t_tp) * (9 * inter + 2 * h)
+            if p.ep > 1:
+                pairs = self._ep_load(tokens).max_pairs
+                nbytes += m.n_moe_layers * pairs * (9 * m.moe_intermediate + 6 * h)
+            else:
+                nbytes += m.n_moe_layers * t_tp * m.experts_per_token * (9 * m.moe_intermediate / p.tp + 2 * h)
+        g = self.gpu
+        return GroupCost(0.0, nbytes, 0.0, nbytes / (g.hbm_bandwidth * g.hbm_efficiency))
+
+    def _ep_load(self, tokens: int) -> ExpertLoad:
+        """Expected load of the busiest expert-parallel GPU for ``tokens`` tokens spread over all GPUs."""
+        m, p = self.model, self.parallel
+        load = expert_load(math.ceil(tokens * p.ep / p.gpus), m.n_routed_experts, m.experts_per_token, p.ep,
+                           m.n_expert_groups, m.topk_groups)
+        if self.balanced_routing:
+            return ExpertLoad(load.mean_pairs, load.mean_pairs, load.mean_distinct_experts, load.mean_distinct_experts)
+        return load
+
+    def _routed(self, tokens: int) -> GroupCost:
+        m, p = self.model, self.parallel
+        wb, layers = m.bytes_per_weight, m.n_moe_layers
+        if p.ep > 1:
+            load = self._ep_load(tokens)
+            return self._gemm(2.0 * m.expert_params * load.max_pairs * layers,
+                              layers * load.max_distinct_experts * m.expert_params * wb, m.weight_precision,
+                              ep_imbalance=load.imbalance)
+        t_tp = math.ceil(tokens * p.tp / p.gpus)
+        load = expert_load(t_tp, m.n_routed_experts, m.experts_per_token, 1, m.n_expert_groups, m.topk_groups)
+        return self._gemm(2.0 * m.expert_params * m.experts_per_token * t_tp * layers / p.tp,
+                          layers * load.mean_distinct_experts * m.expert_params * wb / p.tp, m.weight_precision,
+                          distinct_experts=load.mean_distinct_experts)
+
+    def _communication(self, tokens: int, t_mine: int, decode: bool) -> float:
+        m, p, g = self.model, self.parallel, self.gpu
+        act = m.hidden * BYTES_PER_PARAM["bf16"]
+        t_tp = tokens * p.tp / p.gpus
         t = 0.0
         if p.attention_shards > 1:  # attention output all-reduce, every layer
-            t += m.n_layers * allreduce_seconds(per_replica * m.hidden * 2, self.gpu, p.attention_shards)
+            t += m.n_layers * allreduce_seconds(t_mine * act, g, p.attention_shards, p.gpus_per_node)
         ffn_allreduces = m.n_dense_layers + (m.n_moe_layers if p.ep == 1 else 0)
-        t += ffn_allreduces * allreduce_seconds(per_replica * m.hidden * 2, self.gpu, p.tp)
+        t += ffn_allreduces * allreduce_seconds(t_tp * act, g, p.tp, p.gpus_per_node)
         if p.ep > 1 and m.n_moe_layers:  # dispatch (fp8) + combine (bf16) of each token's k expert copies
-            nbytes = per_gpu * m.experts_per_token * m.hidden * (1 + 2)
-            bandwidth = A2A_BANDWIDTH_DECODE if decode else A2A_BANDWIDTH_PREFILL
-            t += m.n_moe_layers * (2 * A2A_LATENCY_S + nbytes / bandwidth)
+            load = self._ep_load(tokens)
+            per_copy = m.hidden * (1 + 2) * load.imbalance * tokens / p.gpus
+            local, remote = expert_copies(m.experts_per_token, m.topk_groups, p.nodes_spanned(p.ep), decode)
+            t += m.n_moe_layers * all_to_all_seconds(local * per_copy, remote * per_copy, g, decode, p.gpus_per_node)
         return t
 
+    def forward(self, seqs: list[tuple[int, int]], head_rows: int, decode: bool) -> Breakdown:
+        """One step over sequences given as (new tokens, tokens already cached)."""
+        m, p = self.model, self.parallel
+        tokens = sum(n for n, _ in seqs)
+        if p.two_batch_overlap and tokens > 1:
+            halves = _split_in_two(seqs)
+            per_half = [self._groups(h, head_rows * sum(n for n, _ in h) // max(1, tokens), decode) for h in halves]
+            groups = per_half[0]
+            for name, g in per_half[1].items():
+                groups[name] = groups[name].plus(g) if name in groups else g
+        else:
+            groups = self._groups(seqs, head_rows, decode)
+        comm = groups.pop("_comm").compute_s
+        if p.two_batch_overlap and not decode:  # DeepEP normal kernels hold SMs while compute overlaps them
+            share = self.gpu.sms / (self.gpu.sms - DEEPEP_NORMAL_SMS)
+            for g in groups.values():
+                g.compute_s *= share
+                g.memory_s *= share
+                g.factors["sm_share"] = share
+        parts = {name: g.seconds for name, g in groups.items()}
+        if p.two_batch_overlap:
+            compute = sum(parts.values())
+            parts["communication"] = max(0.0, comm - compute)  # exposed communication only
+            groups["communication"] = GroupCost(compute_s=parts["communication"], factors={"overlapped_s": comm})
+        else:
+            parts["communication"] = comm
+            groups["communication"] = GroupCost(compute_s=comm)
+        parts["overhead"] = m.n_layers * self.overheads.layer_overhead_s + self.overheads.step_overhead_s
+        groups["overhead"] = GroupCost(compute_s=parts["overhead"], factors={
+            "per_layer_us": self.overheads.layer_overhead_s * 1e6, "per_step_us": self.overheads.step_overhead_s * 1e6})
+        return Breakdown(parts, tokens=tokens, groups=groups)
+
     # --- the questions the services ask ---------------------------------------------------------------------------------
-    def decode_step_time(self, context_lens: list[int]) -> Breakdown:
-        """One decode step: every running sequence adds one token after ``context_len`` cached ones."""
+    def decode_step_time(self, context_lens: list[int], tokens_per_seq: int = 1) -> Breakdown:
+        """One decode step: every running sequence adds ``tokens_per_seq`` tokens (more than one when a speculative
+        draft is verified) after ``context_len`` cached ones."""
         if not context_lens:
             return Breakdown()
-        return self.forward([(1, c) for c in context_lens], head_rows=len(context_lens), decode=True)
+        return self.forward([(tokens_per_seq, c) for c in context_lens], head_rows=len(context_lens) * tokens_per_seq,
+                            decode=True)
 
     def prefill_time(self, new_tokens: list[int], cached: list[int] | None = None) -> Breakdown:
         """Prefill of several prompts (new tokens after ``cached`` reused ones), chunked as the software profile says."""
@@ -196,7 +407,7 @@ class TimingModel:
 
     def ttft(self, prompt_len: int, cached: int = 0) -> float:
         """Time to first token of a lone request: request overhead + its prefill."""
-        return self.software.request_overhead_s + self.prefill_time([prompt_len], [cached]).seconds
+        return self.overheads.request_overhead_s + self.prefill_time([prompt_len], [cached]).seconds
 
     def kv_bytes(self, tokens: int) -> float:
         return tokens * self.model.kv_bytes_per_token
@@ -204,13 +415,21 @@ class TimingModel:
     def kv_transfer_time(self, tokens: int, link: str = "nvlink") -> float:
         """Moving ``tokens`` tokens of KV from a prefill GPU group to a decode group.
 
-        ``nvlink``: both inside one node; ``rdma``: across nodes over the NICs (45 GB/s each, measured);
+        ``nvlink``: both inside one node; ``rdma``: across nodes over the server's NICs (45 GB/s each, measured);
         ``pcie``: staged through host memory (~25 GB/s).
         """
         g = self.gpu
-        bandwidth = {"nvlink": g.nvlink_bandwidth / 2, "rdma": g.internode_bandwidth * g.nics,
+        bandwidth = {"nvlink": g.nvlink_bandwidth / 2, "rdma": g.nic_bandwidth * g.nics,
                      "pcie": 25 * GIGA}.get(link)
         if bandwidth is None:
             raise ValueError(f"link: {link!r} is not one of nvlink, rdma, pcie")
         latency = 10 * MICRO if link == "nvlink" else 30 * MICRO
         return latency + self.kv_bytes(tokens) / bandwidth
+
+
+def _split_in_two(seqs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Two micro-batches of about equal tokens (one long prompt is cut in two consecutive halves)."""
+    if len(seqs) == 1:
+        n, c = seqs[0]
+        return [[(n // 2, c)], [(n - n // 2, c + n // 2)]]
+    return [seqs[0::2], seqs[1::2]]

@@ -1,0 +1,117 @@
+"""A modeled deployment (model, GPU, parallelism, software) and the checks that refuse what cannot run.
+
+Services and ``pdserve perf`` call :func:`check_deployment` once at start-up and :func:`check_scenario` for a batch;
+both raise ``ValueError`` naming the field (the services map it to INVALID_ARGUMENT, the CLI to a non-zero exit).
+:func:`kv_capacity_tokens` is the KV budget a decode worker can take from the modeled deployment (``--kv-budget
+modeled``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfmodel.hardware import GPU, gpu as gpu_by_name
+from perfmodel.memory import MemoryFit, memory_fit
+from perfmodel.models import ModelProfile, model_profile
+from perfmodel.parallel import ParallelConfig
+from perfmodel.timing import SOFTWARE, TimingModel
+
+
+@dataclass
+class Deployment:
+    model: str = "deepseek-r1"
+    hardware: str = "H20-141G"
+    gpus: int = 8
+    tp: int = 8
+    ep: int = 8
+    dp_attention: bool = False
+    software: str = "sglang"
+    kv_precision: str = ""  # "" keeps the model's own (BF16 for DeepSeek); "fp8" halves the KV cache
+    gpus_per_node: int = 8
+    two_batch_overlap: bool = False
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def profile(self) -> ModelProfile:
+        m = model_profile(self.model)
+        return m.with_kv_precision(self.kv_precision) if self.kv_precision else m
+
+    def gpu(self) -> GPU:
+        return gpu_by_name(self.hardware)
+
+    def parallel(self) -> ParallelConfig:
+        return ParallelConfig(self.gpus, self.tp, self.ep, self.dp_attention, self.gpus_per_node,
+                              self.two_batch_overlap)
+
+    def timing(self) -> TimingModel:
+        if "timing" not in self._cache:
+            self._cache["timing"] = TimingModel(self.profile(), self.gpu(), self.parallel(), self.software)
+        return self._cache["timing"]
+
+    def memory(self) -> MemoryFit:
+        return memory_fit(self.profile(), self.gpu(), self.parallel())
+
+
+def check_deployment(d: Deployment) -> MemoryFit:
+    """Raise ValueError (naming the field) unless the deployment can hold its weights; returns its memory fit."""
+    for name in ("gpus", "tp", "ep", "gpus_per_node"):
+        if getattr(d, name) <= 0:
+            raise ValueError(f"{name}: must be positive, got {getattr(d, name)}")
+    if d.software not in SOFTWARE:
+        raise ValueError(f"software: unknown profile {d.software!r}; known: {', '.join(SOFTWARE)}")
+    m, g, p = d.profile(), d.gpu(), d.parallel()  # unknown names and non-dividing tp/ep raise here
+    if m.n_routed_experts and m.n_routed_experts % p.ep:
+        raise ValueError(f"ep: {m.n_routed_experts} routed experts of {m.name} do not divide over ep={p.ep}")
+    if m.n_heads % p.tp and not p.dp_attention:
+        raise ValueError(f"tp: {m.n_heads} attention heads of {m.name} do not divide over tp={p.tp}")
+    fit = memory_fit(m, g, p)
+    if not fit.fits or fit.kv_tokens_per_replica <= 0:
+        raise ValueError(
+            f"gpus: weights of {m.name} need {fit.weight_bytes_per_gpu / 1e9:.1f} GB per GPU with {p.describe()}, "
+            f"plus {fit.reserved_bytes_per_gpu / 1e9:.1f} GB reserved; {g.name} has {g.hbm_bytes / 1e9:.1f} GB usable: "
+            "no room for the KV cache (use more GPUs, a larger GPU, or tensor-parallel attention)")
+    return fit
+
+
+def kv_capacity_tokens(d: Deployment) -> int:
+    """KV tokens the whole modeled deployment holds: the budget of a decode worker that emulates it (``--kv-budget
+    modeled``). With data-parallel attention this is the sum over the DP ranks, each holding
+    ``d.memory().kv_tokens_per_replica`` for its share of the batch."""
+    return check_deployment(d).max_kv_tokens
+
+
+def deployment_from_args(args: object) -> Deployment:
+    """The deployment the services' ``--perf-*`` flags describe (flags a service lacks keep their defaults)."""
+    defaults = Deployment()
+    return Deployment(
+        model=getattr(args, "perf_model", defaults.model), hardware=getattr(args, "perf_hardware", defaults.hardware),
+        gpus=getattr(args, "perf_gpus", defaults.gpus), tp=getattr(args, "perf_tp", defaults.tp),
+        ep=getattr(args, "perf_ep", defaults.ep), dp_attention=getattr(args, "perf_dp_attention", False),
+        software=getattr(args, "perf_software", defaults.software),
+        kv_precision=getattr(args, "perf_kv_precision", ""))
+
+
+def check_scenario(d: Deployment, prompt_lens: list[int] | None = None, decode_batch: int = 0,
+                   context_len: int = 0) -> None:
+    """Raise ValueError (naming the field) for sizes the deployment cannot serve."""
+    fit = check_deployment(d)
+    m = d.profile()
+    prompt_lens = prompt_lens or []
+    for n in prompt_lens:
+        if n <= 0:
+            raise ValueError(f"prefill_lens: every prompt length must be positive, got {n}")
+        if m.max_context and n > m.max_context:
+            raise ValueError(f"prefill_lens: {n} tokens exceed the context of {m.name} ({m.max_context:,})")
+    if decode_batch < 0:
+        raise ValueError(f"decode_batch: must be zero or positive, got {decode_batch}")
+    if context_len < 0 or (decode_batch and context_len <= 0):
+        raise ValueError(f"context_len: must be positive, got {context_len}")
+    if m.max_context and context_len > m.max_context:
+        raise ValueError(f"context_len: {context_len:,} exceeds the context of {m.name} ({m.max_context:,})")
+    if sum(prompt_lens) > fit.max_kv_tokens:
+        raise ValueError(f"prefill_lens: {sum(prompt_lens):,} prompt tokens exceed the KV capacity "
+                         f"({fit.max_kv_tokens:,} tokens)")
+    if decode_batch and decode_batch * context_len > fit.max_kv_tokens:
+        raise ValueError(
+            f"decode_batch: {decode_batch} x context {context_len:,} = {decode_batch * context_len:,} KV tokens exceed "
+            f"the capacity of {d.hardware} x {d.gpus} ({fit.max_kv_tokens:,} tokens; at most "
+            f"{fit.max_batch(context_len):,} sequences of {context_len:,})")

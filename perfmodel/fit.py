@@ -1,0 +1,98 @@
+"""Fits every calibrated constant by least squares over the named calibration rows, and writes data/calibration.json.
+
+``python -m perfmodel.fit`` (add ``--dry-run`` to print without writing). Each constant is fitted only on the rows
+listed for it in :data:`PLAN`; every other row of the CSV is held out and never influences a constant. The residuals
+are relative errors (predicted / measured - 1), minimized jointly by Gauss-Newton with a finite-difference Jacobian
+(the model is nearly linear in overheads), with every constant kept non-negative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from perfmodel import overheads
+from perfmodel.validate import evaluate, format_table, rows, validate
+
+# (table key, constant): the calibration rows it is fitted on. Rows must be marked "calibration" in the CSV.
+PLAN: dict[tuple[str, str], list[str]] = {
+    ("sglang@hopper", "layer_overhead_s"): ["h200-tp8-c4"],
+    ("sglang@hopper", "request_overhead_s"): ["h100x16-tp16-ttft-128"],
+    ("global", "internode_allreduce_latency_s"): ["h100x16-tp16-c1"],
+    ("sglang@h20", "layer_overhead_s"): ["h20-ant-decode-bs8-ep16"],
+    ("vllm-awq@hopper", "layer_overhead_s"): ["h100-awq-c1"],
+    ("vllm-awq@hopper", "request_overhead_s"): ["h100-awq-ttft-128"],
+}
+START = {"layer_overhead_s": 100e-6, "request_overhead_s": 10e-3, "internode_allreduce_latency_s": 30e-6}
+
+
+def _table(theta: np.ndarray, calibration: list[str]) -> dict:
+    table: dict = {}
+    for (key, name), value in zip(PLAN, theta):
+        entry = table.setdefault(key, {})
+        entry[name] = float(value)
+    for key, entry in table.items():
+        if key != "global":
+            entry["calibration_rows"] = sorted({r for (k, _), rs in PLAN.items() if k == key for r in rs})
+    table["global"]["calibration_rows"] = sorted(PLAN[("global", "internode_allreduce_latency_s")])
+    table["_about"] = ("written by python -m perfmodel.fit: least squares over the named calibration rows of "
+                       "published_measurements.csv; all other rows are held out")
+    table["_calibration_rows"] = calibration
+    return table
+
+
+def _residuals(theta: np.ndarray, calib_rows: list[dict]) -> np.ndarray:
+    overheads.use_table(_table(theta, [r["id"] for r in calib_rows]))
+    out = []
+    for r in calib_rows:
+        v = evaluate(r)
+        out.append(v.error if v.error is not None else 0.0)
+    return np.array(out)
+
+
+def fit(iterations: int = 12) -> dict:
+    all_rows = {r["id"]: r for r in rows()}
+    names = sorted({r for rs in PLAN.values() for r in rs})
+    for name in names:
+        if all_rows[name]["split"] != "calibration":
+            raise ValueError(f"{name}: fitted on, but marked {all_rows[name]['split']!r} in the CSV")
+    unused = [i for i, r in all_rows.items() if r["split"] == "calibration" and i not in names]
+    if unused:
+        raise ValueError(f"calibration rows no constant is fitted on: {', '.join(unused)}")
+    calib = [all_rows[n] for n in names]
+    theta = np.array([START[name] for _, name in PLAN])
+    try:
+        for _ in range(iterations):
+            r0 = _residuals(theta, calib)
+            jac = np.empty((len(calib), len(theta)))
+            for j in range(len(theta)):
+                step = np.zeros_like(theta)
+                step[j] = max(1e-7, abs(theta[j]) * 1e-3)
+                jac[:, j] = (_residuals(theta + step, calib) - r0) / step[j]
+            delta, *_ = np.linalg.lstsq(jac, -r0, rcond=None)
+            theta = np.maximum(theta + delta, 0.0)
+            if np.max(np.abs(delta) / np.maximum(np.abs(theta), 1e-9)) < 1e-6:
+                break
+        return _table(theta, names)
+    finally:
+        overheads.use_table(None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="print the fit without writing data/calibration.json")
+    a = ap.parse_args(argv)
+    table = fit()
+    print(json.dumps(table, indent=2))
+    if not a.dry_run:
+        overheads.CALIBRATION.write_text(json.dumps(table, indent=2) + "\n")
+        overheads.use_table(None)
+        print(f"wrote {overheads.CALIBRATION}\n")
+        print(format_table(validate()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
