@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter, Histogram
 
 from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS
-from perfmodel.parallel import ParallelConfig
+from perfmodel.deployment import check_deployment, deployment_from_args
 from perfmodel.timing import TimingModel
 
 PACE_MODES = ("off", "realtime")
@@ -91,6 +91,10 @@ def add_perf_flags(parser) -> None:
     parser.add_argument("--perf-tp", type=int, default=8)
     parser.add_argument("--perf-ep", type=int, default=8)
     parser.add_argument("--perf-software", default="sglang", help="overhead profile of the modeled serving stack")
+    parser.add_argument("--perf-dp-attention", action="store_true",
+                        help="model data-parallel attention (each GPU runs all heads for its share of the batch)")
+    parser.add_argument("--perf-kv-precision", default="", choices=("", "bf16", "fp8"),
+                        help="modeled KV cache precision (default: the model's own)")
     parser.add_argument("--kv-link", default="nvlink", choices=KV_LINKS, help="modeled path of the KV hand-off")
     parser.add_argument("--pace", default="off", choices=PACE_MODES,
                         help="realtime: each step lasts at least its modeled time x time-scale")
@@ -98,6 +102,7 @@ def add_perf_flags(parser) -> None:
 
 
 def clock_from_args(args) -> StepClock:
-    timing = TimingModel(args.perf_model, args.perf_hardware,
-                         ParallelConfig(args.perf_gpus, args.perf_tp, args.perf_ep), args.perf_software)
-    return StepClock(timing, args.pace, args.time_scale)
+    """The worker's clock for the deployment its flags describe; ValueError (naming the field) if it cannot run."""
+    deployment = deployment_from_args(args)
+    check_deployment(deployment)
+    return StepClock(deployment.timing(), args.pace, args.time_scale)

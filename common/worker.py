@@ -144,11 +144,13 @@ class Worker:
     async def _prefill_phase(self, step: Step, started: float) -> tuple[list[StepResult | None], float]:
         chunks = step.prefills
         fresh = [not seq.output_ids for seq, _ in chunks]  # before running: a recomputed sequence has output
-        modeled = self.clock.prefill_seconds([(n, seq.kv.length) for seq, n in chunks])
-        results = await self._execute(self.runtime.prefill, chunks, [seq for seq, _ in chunks])
-        if results is None:
+        work = [(n, seq.kv.length) for seq, n in chunks]
+        done = await self._execute(lambda: (self.clock.prefill_seconds(work), self.runtime.prefill(chunks)),
+                                   [seq for seq, _ in chunks])
+        if done is None:
             step.prefills = []
             return [], time.perf_counter()
+        modeled, results = done
         timing = await self.clock.finish_step("prefill", started, modeled, sum(n for _, n in chunks))
         for (seq, _), is_fresh in zip(chunks, fresh):
             job = self._jobs.get(id(seq))
@@ -163,11 +165,12 @@ class Worker:
 
     async def _decode_phase(self, step: Step, started: float) -> list[StepResult]:
         seqs = step.decodes
-        modeled = self.clock.decode_seconds([seq.kv.length + 1 for seq in seqs])
-        results = await self._execute(self.runtime.decode_step, seqs, seqs)
-        if results is None:
+        contexts = [seq.kv.length + 1 for seq in seqs]
+        done = await self._execute(lambda: (self.clock.decode_seconds(contexts), self.runtime.decode_step(seqs)), seqs)
+        if done is None:
             step.decodes = []
             return []
+        modeled, results = done
         await self.clock.finish_step("decode", started, modeled, len(seqs))
         for seq in seqs:
             job = self._jobs.get(id(seq))
@@ -175,12 +178,15 @@ class Worker:
                 job.decode_modeled_s += modeled
         return results
 
-    async def _execute(self, fn: Callable, arg, seqs: list[Sequence]):
-        """Run one numpy phase off the event loop; a failure ends these requests with an error, not the worker."""
+    async def _execute(self, work: Callable[[], tuple], seqs: list[Sequence]) -> tuple | None:
+        """Run one phase (its modeled duration and its numpy work) off the event loop.
+
+        A failure ends these requests with an error, not the worker; the result is then None.
+        """
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, arg)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
         except Exception as exc:
-            log.exception("%s failed for %d sequences", getattr(fn, "__name__", "step"), len(seqs))
+            log.exception("model step failed for %d sequences", len(seqs))
             for seq in seqs:
                 self.scheduler.abort(seq, FinishReason.ERROR)
                 job = self._jobs.pop(id(seq), None)
@@ -218,12 +224,17 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
 
 
 def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: int | None = None) -> Worker:
-    """Load the model and put the scheduler, the clock and the loop together."""
+    """Load the model and put the scheduler, the clock and the loop together. A modeled deployment that cannot
+    run stops the process with a message naming the field."""
     setup_logging(args.log_level)
+    try:
+        clock = clock_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"modeled deployment: {exc}") from None
     extra = {"slab_seqs": args.max_num_seqs} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
     runtime = Runtime.load(args.model, args.block_tokens, **extra)
     config = SchedulerConfig(role, args.max_num_seqs, args.max_num_batched_tokens, kv_blocks, args.block_tokens)
-    return Worker(runtime, Scheduler(config, runtime.free), clock_from_args(args), args.max_queue)
+    return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue)
 
 
 async def run_worker(name: str, args, worker: Worker,

@@ -19,6 +19,7 @@ from engine.runtime import DEFAULT_SLAB_TOKENS
 from engine.scheduler import Role
 from engine.sequence import Sequence
 from kvstore.client import KVIntegrityError, KVStoreClient
+from perfmodel.deployment import deployment_from_args, kv_capacity_tokens
 from protos import decode_pb2, decode_pb2_grpc
 
 log = logging.getLogger("pdserve.decode")
@@ -145,13 +146,28 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         chunk.prefill_modeled_s = job.prefill_modeled_s
 
 
+def modeled_kv_blocks(args) -> int:
+    """The modeled deployment's KV capacity, in this worker's blocks."""
+    try:
+        return kv_capacity_tokens(deployment_from_args(args)) // args.block_tokens
+    except ValueError as exc:
+        raise SystemExit(f"modeled deployment: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = worker_parser("decode_server", 50071, max_queue=512)
     parser.add_argument("--kv-blocks", type=int, default=4096, help="KV cache budget in blocks")
+    parser.add_argument("--kv-budget", default="blocks", choices=("blocks", "modeled"),
+                        help="modeled: take the KV budget from the modeled deployment's capacity instead of "
+                             "--kv-blocks, so an emulated stack (--model synthetic --pace realtime) queues and "
+                             "preempts where the real cluster would")
     parser.add_argument("--slab-tokens", type=int, default=DEFAULT_SLAB_TOKENS,
                         help="sequences up to this length share the batched-attention slab")
     args = parser.parse_args(argv)
-    worker = build_worker(args, Role.DECODE, kv_blocks=args.kv_blocks, slab_tokens=args.slab_tokens)
+    kv_blocks = args.kv_blocks
+    if args.kv_budget == "modeled":
+        kv_blocks = modeled_kv_blocks(args)
+    worker = build_worker(args, Role.DECODE, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
         decode_pb2_grpc.add_DecodeServicer_to_server(DecodeService(worker, kv, args.kv_link), server)

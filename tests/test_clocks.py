@@ -82,3 +82,31 @@ def test_steps_slower_than_their_budget_are_counted_as_lag(tiny_model_path):
         assert metrics[("pdserve_step_modeled_seconds_count", (("phase", "decode"),))] >= 4
     finally:
         stack.stop()
+
+
+def test_a_worker_refuses_a_modeled_deployment_that_cannot_run():
+    """DeepSeek-R1's weights on one H20: the worker stops at start-up with the reason, before loading a model."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "decode_server", "--model", "synthetic", "--perf-gpus", "1",
+                           "--perf-tp", "1", "--perf-ep", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "modeled deployment: gpus: weights of" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_decode_takes_its_kv_budget_from_the_modeled_deployment():
+    import grpc
+
+    from perfmodel.deployment import Deployment, kv_capacity_tokens
+    from protos import common_pb2, decode_pb2_grpc
+
+    stack = start_stack(model="synthetic", extra={"decode": ["--kv-budget", "modeled"]})
+    try:
+        with grpc.insecure_channel(stack.decodes[0].target) as ch:
+            load = decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
+        assert load.kv_blocks_total == kv_capacity_tokens(Deployment()) // 16
+        with PdserveClient(stack.router_target) as c:
+            assert c.complete("Hello", max_tokens=3, temperature=0, ignore_eos=True).usage.completion_tokens == 3
+    finally:
+        stack.stop()
