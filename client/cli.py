@@ -11,7 +11,12 @@ import threading
 
 import grpc
 
+from common.clock import KV_LINKS, PACE_MODES
+from perfmodel.deployment import KV_PRECISIONS
+from engine.kv_budget import DEFAULT_KV_BLOCKS
 from engine.params import SamplingParams
+from kvstore.store import DEFAULT_CAPACITY_MB
+from router.policy import PREFILL_POLICIES
 
 DEMO_PROMPTS = ("What is the capital of France?", "巴黎是法国的")
 
@@ -218,12 +223,12 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode", type=int, default=1, help="decode workers")
     p.add_argument("--kvstore-shards", type=int, default=1)
     p.add_argument("--colocated", action="store_true", help="decode workers prefill locally (no kvstore)")
-    p.add_argument("--policy", default="cache_aware", choices=("round_robin", "least_loaded", "cache_aware"))
+    p.add_argument("--policy", default="cache_aware", choices=PREFILL_POLICIES)
     p.add_argument("--port", type=int, default=50050, help="router port (0: any free port)")
     p.add_argument("--metrics", action="store_true", help="serve Prometheus /metrics on every service")
-    p.add_argument("--kv-capacity-mb", type=float, default=2048.0)
-    p.add_argument("--kv-blocks", type=int, default=4096, help="decode KV budget in blocks")
-    p.add_argument("--pace", default="off", choices=("off", "realtime"),
+    p.add_argument("--kv-capacity-mb", type=float, default=DEFAULT_CAPACITY_MB, help="byte budget of each kvstore shard")
+    p.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="decode KV budget in blocks")
+    p.add_argument("--pace", default="off", choices=PACE_MODES,
                    help="realtime: each step lasts at least its modeled time x --time-scale")
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--perf-hardware", default=None, help="modeled GPU for the workers' modeled clock")
@@ -288,8 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-lens", default="4096", help="prompt lengths prefilled together")
     p.add_argument("--decode-batch", type=int, default=32)
     p.add_argument("--context-len", type=int, default=2048)
-    p.add_argument("--link", default="nvlink", choices=("nvlink", "rdma", "pcie"), help="KV hand-off path")
-    p.add_argument("--kv-precision", default="", choices=("", "bf16", "fp8"),
+    p.add_argument("--link", default="nvlink", choices=KV_LINKS, help="KV hand-off path")
+    p.add_argument("--kv-precision", default="", choices=KV_PRECISIONS,
                    help="KV cache precision (default: the model's own; fp8 halves DeepSeek's 70,272 B/token)")
     p.add_argument("--explain", action="store_true",
                    help="per operator group: FLOPs, bytes, the bound it hits, padding and imbalance factors")

@@ -19,6 +19,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from engine.kv_budget import DEFAULT_KV_BLOCKS
+from kvstore.store import DEFAULT_CAPACITY_MB
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -36,8 +39,8 @@ class StackSpec:
     policy: str = "cache_aware"
     host: str = "127.0.0.1"
     router_port: int = 0  # 0: a free port
-    kv_capacity_mb: float = 2048.0
-    kv_blocks: int = 4096
+    kv_capacity_mb: float = DEFAULT_CAPACITY_MB
+    kv_blocks: int = DEFAULT_KV_BLOCKS
     metrics: bool = False
     fault_injection: bool = False
     extra: dict[str, list[str]] = field(default_factory=dict)  # service -> extra flags

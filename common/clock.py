@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter, Histogram
 
 from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS
-from perfmodel.deployment import check_deployment, deployment_from_args
+from perfmodel.deployment import KV_PRECISIONS, check_deployment, deployment_from_args
 from perfmodel.timing import TimingModel
 
 PACE_MODES = ("off", "realtime")
@@ -36,7 +36,6 @@ LAG_SECONDS = Counter("pdserve_pacing_lag_seconds_total", "Wall seconds by which
 class StepTiming:
     wall_s: float
     modeled_s: float
-    lag_s: float
 
 
 class StepClock:
@@ -53,20 +52,18 @@ class StepClock:
     async def finish_step(self, phase: str, started_at: float, modeled_s: float, tokens: int) -> StepTiming:
         """Record a step that began at ``started_at`` (perf_counter) and, when pacing, wait out its budget."""
         wall = time.perf_counter() - started_at
-        lag = 0.0
         if self.pace == "realtime":
             budget = modeled_s * self.time_scale
             if wall < budget:
                 await asyncio.sleep(budget - wall)
             else:
-                lag = wall - budget
                 LAGGED_STEPS.labels(phase).inc()
-                LAG_SECONDS.labels(phase).inc(lag)
+                LAG_SECONDS.labels(phase).inc(wall - budget)
         self.busy_modeled_s += modeled_s
         STEP_WALL.labels(phase).observe(time.perf_counter() - started_at)
         STEP_MODELED.labels(phase).observe(modeled_s)
         STEP_TOKENS.labels(phase).observe(tokens)
-        return StepTiming(wall, modeled_s, lag)
+        return StepTiming(wall, modeled_s)
 
     def prefill_seconds(self, chunks: list[tuple[int, int]]) -> float:
         """Modeled prefill step for (new tokens, cached tokens) per sequence."""
@@ -93,7 +90,7 @@ def add_perf_flags(parser) -> None:
     parser.add_argument("--perf-software", default="sglang", help="overhead profile of the modeled serving stack")
     parser.add_argument("--perf-dp-attention", action="store_true",
                         help="model data-parallel attention (each GPU runs all heads for its share of the batch)")
-    parser.add_argument("--perf-kv-precision", default="", choices=("", "bf16", "fp8"),
+    parser.add_argument("--perf-kv-precision", default="", choices=KV_PRECISIONS,
                         help="modeled KV cache precision (default: the model's own)")
     parser.add_argument("--kv-link", default="nvlink", choices=KV_LINKS, help="modeled path of the KV hand-off")
     parser.add_argument("--pace", default="off", choices=PACE_MODES,

@@ -33,6 +33,7 @@ from protos import common_pb2
 log = logging.getLogger("pdserve.worker")
 
 TokenEvent = tuple[list[int], StepResult]
+SCHEDULER_DEFAULTS = SchedulerConfig()
 
 
 class WorkerFull(Exception):
@@ -44,7 +45,7 @@ class Job:
     """One request inside a worker: where its tokens go, and its times in both clocks."""
 
     seq: Sequence
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # TokenEvent per produced token, or an exception
+    events: asyncio.Queue[TokenEvent | BaseException] = field(default_factory=asyncio.Queue)  # per token, or a failure
     arrived_at: float = field(default_factory=time.perf_counter)
     scheduled_at: float | None = None  # first step that included it
     arrived_modeled_s: float = 0.0  # the worker's modeled busy clock at arrival
@@ -215,9 +216,10 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
     parser = service_parser(name, default_port)
     add_model_flags(parser)
     parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=2048,
+    parser.add_argument("--max-num-batched-tokens", type=int, default=SCHEDULER_DEFAULTS.max_num_batched_tokens,
                         help="prompt (or recomputed) tokens in one step; longer prompts run in chunks")
-    parser.add_argument("--max-num-seqs", type=int, default=64, help="sequences in one step")
+    parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER_DEFAULTS.max_num_seqs,
+                        help="sequences in one step")
     parser.add_argument("--max-queue", type=int, default=max_queue, help="requests held before RESOURCE_EXHAUSTED")
     add_perf_flags(parser)
     return parser

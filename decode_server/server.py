@@ -13,7 +13,7 @@ from common.convert import token_step
 from common.metrics import STEP_BUCKETS
 from common.validation import abort_invalid, check_worker_request
 from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
-from engine.kv_budget import KVBudgetExceeded
+from engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from engine.params import InvalidParameter
 from engine.runtime import DEFAULT_SLAB_TOKENS
 from engine.scheduler import Role
@@ -156,7 +156,7 @@ def modeled_kv_blocks(args) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = worker_parser("decode_server", 50071, max_queue=512)
-    parser.add_argument("--kv-blocks", type=int, default=4096, help="KV cache budget in blocks")
+    parser.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV cache budget in blocks")
     parser.add_argument("--kv-budget", default="blocks", choices=("blocks", "modeled"),
                         help="modeled: take the KV budget from the modeled deployment's capacity instead of "
                              "--kv-blocks, so an emulated stack (--model synthetic --pace realtime) queues and "

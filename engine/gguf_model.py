@@ -8,7 +8,7 @@ layer runs two large matmuls instead of five.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +80,6 @@ class ModelWeights:
     layers: list[LayerWeights]
     output_norm: np.ndarray  # [hidden]
     output: np.ndarray  # [hidden, vocab]; the transposed embedding when tied
-    tied_output: bool = field(default=False)
 
 
 @dataclass
@@ -211,6 +210,5 @@ def load_gguf(path: str | Path) -> LoadedModel:
         layers=layers,
         output_norm=get("output_norm.weight"),
         output=output,
-        tied_output=tied,
     )
     return LoadedModel(path=path, config=config, weights=weights, reader=reader)

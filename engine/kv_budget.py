@@ -8,6 +8,9 @@ and preempts when the answer is no.
 from __future__ import annotations
 
 
+DEFAULT_KV_BLOCKS = 4096  # a decode worker's budget unless told otherwise (65,536 tokens at 16 per block)
+
+
 class KVBudgetExceeded(Exception):
     """A request needs more KV than the whole budget: it can never run on this worker."""
 

@@ -142,7 +142,7 @@ class KVSlab:
     ``max_tokens`` keeps private storage and is attended to on its own.
     """
 
-    def __init__(self, config: ModelConfig, max_slots: int, max_tokens: int = 2048,
+    def __init__(self, config: ModelConfig, max_slots: int, max_tokens: int,
                  block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
         self.config = config
         self.max_slots = max_slots

@@ -15,10 +15,13 @@ from engine.stop import StepResult
 
 
 class LLMEngine:
-    def __init__(self, runtime: Runtime, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
+    def __init__(self, runtime: Runtime, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  kv_blocks: int | None = None) -> None:
         self.runtime = runtime
-        config = SchedulerConfig(Role.BOTH, max_num_seqs, max_num_batched_tokens, kv_blocks, runtime.block_tokens)
+        defaults = SchedulerConfig()
+        config = SchedulerConfig(Role.BOTH, max_num_seqs or defaults.max_num_seqs,
+                                 max_num_batched_tokens or defaults.max_num_batched_tokens, kv_blocks,
+                                 runtime.block_tokens)
         self.scheduler = Scheduler(config, runtime.free)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:

@@ -40,7 +40,6 @@ class SyntheticModel:
                                   head_dim=2, vocab_size=tokenizer.vocab_size, context_length=context_length,
                                   rope_freq_base=10000.0, rms_eps=1e-5, fingerprint="synthetic-v1")
         self.text_ids = np.asarray(tokenizer.encode(SOURCE_TEXT), dtype=np.int64)
-        self.position_of = {int(t): i for i, t in enumerate(self.text_ids)}
         self.eos_id = tokenizer.eos_id
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:

@@ -11,7 +11,7 @@ from prometheus_client import Counter, Gauge
 from common.server import serve, setup_logging
 from common.config import FlagParser, service_parser
 from kvstore.wire import chunks_of
-from kvstore.store import MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
+from kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
 from protos import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore")
@@ -182,7 +182,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 
 def build_parser() -> FlagParser:
     parser = service_parser("kvstore", 50051)
-    parser.add_argument("--capacity-mb", type=float, default=2048.0, help="byte budget for blocks, in MiB")
+    parser.add_argument("--capacity-mb", type=float, default=DEFAULT_CAPACITY_MB, help="byte budget for blocks, in MiB")
     parser.add_argument("--enable-fault-injection", action="store_true", env=False,
                         help="allow the Corrupt RPC (tests only; never from the environment)")
     return parser

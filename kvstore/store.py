@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_LEASE_TTL_S = 3600.0
+DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told otherwise
 
 
 class StoreFull(Exception):

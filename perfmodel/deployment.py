@@ -17,6 +17,9 @@ from perfmodel.parallel import ParallelConfig
 from perfmodel.timing import SOFTWARE, TimingModel
 
 
+KV_PRECISIONS = ("", "bf16", "fp8")  # "": the model's own
+
+
 @dataclass
 class Deployment:
     model: str = "deepseek-r1"

@@ -18,12 +18,11 @@ from engine.params import InvalidParameter
 from engine.scheduler import Role
 from engine.sequence import Sequence
 from kvstore.client import DEFAULT_LEASE_TTL_S, BlockData, KVIntegrityError, KVStoreClient
+from kvstore.store import MAX_LEASE_TTL_S
 from prefill_server.prefix_cache import LocalPrefixCache
 from protos import common_pb2, prefill_pb2, prefill_pb2_grpc
 
 log = logging.getLogger("pdserve.prefill")
-
-MAX_LEASE_TTL_S = 3600.0
 
 REQUESTS = Counter("pdserve_prefill_requests_total", "Prefill requests finished", ["outcome"])
 PROMPT_TOKENS = Counter("pdserve_prefill_prompt_tokens_total", "Prompt tokens received")
