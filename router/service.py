@@ -14,13 +14,14 @@ from prometheus_client import Counter, Gauge, Histogram
 from common.convert import sampling_from_proto, sampling_to_proto
 from common.metrics import E2E_BUCKETS, TOKEN_COUNT_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, request_id_var
 from common.server import request_metadata
-from common.validation import abort_invalid, check_fits_context, check_token_ids
+from common.validation import abort_invalid, check_fits_context, check_request_id, check_token_ids
 from engine.kv_cache import block_keys
 from engine.params import InvalidParameter, SamplingParams
 from engine.tokenizer import GGUFTokenizer
 from kvstore.client import KVStoreClient
 from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 from router.policy import PrefillPolicy, choose_decode
+from router.tokenize import TokenizeRPCs
 from router.workers import Worker, WorkerPool
 
 log = logging.getLogger("pdserve.router")
@@ -97,7 +98,8 @@ class RequestState:
 
     def usage(self) -> common_pb2.Usage:
         return common_pb2.Usage(prompt_tokens=self.prompt_len, completion_tokens=self.completion_tokens,
-                                cached_prompt_tokens=self.cached_tokens)
+                                cached_prompt_tokens=self.cached_tokens,
+                                total_tokens=self.prompt_len + self.completion_tokens)
 
 
 class UpstreamError(Exception):
@@ -106,7 +108,7 @@ class UpstreamError(Exception):
         self.code = code
 
 
-class RouterService(router_pb2_grpc.RouterServicer):
+class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
     def __init__(self, config: RouterConfig, tokenizer: GGUFTokenizer, prefill: WorkerPool, decode: WorkerPool,
                  policy: PrefillPolicy, kv: KVStoreClient | None) -> None:
         self.config = config
@@ -153,7 +155,10 @@ class RouterService(router_pb2_grpc.RouterServicer):
         ids = self._prompt_ids(request)
         if not ids:
             raise InvalidParameter("prompt", "prompt is empty after tokenization")
-        params = sampling_from_proto(request.sampling).validate(self.tokenizer.vocab_size)
+        params = sampling_from_proto(request.sampling)
+        if not request.sampling.HasField("max_tokens"):  # unset: the rest of the context, as vLLM's server does
+            params.max_tokens = max(1, self.config.context_length - len(ids))
+        params.validate(self.tokenizer.vocab_size)
         check_fits_context(len(ids), params, self.config.context_length)
         return ids, params
 
@@ -165,7 +170,10 @@ class RouterService(router_pb2_grpc.RouterServicer):
             fingerprint=c.fingerprint)])
 
     async def Generate(self, request, context):
+        request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
         try:
+            if request_id:
+                check_request_id(request_id)
             ids, params = self.validate(request)
         except InvalidParameter as exc:
             REJECTED.labels("invalid").inc()
@@ -174,7 +182,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
             REJECTED.labels("overloaded").inc()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
-        state = RequestState(request.request_id or uuid.uuid4().hex, len(ids))
+        state = RequestState(request_id or uuid.uuid4().hex, len(ids))
         request_id_var.set(state.request_id)  # for this RPC's log lines
         self.inflight += 1
         INFLIGHT.inc()
