@@ -144,7 +144,8 @@ class Edge:
         request_id = self.request_id(request)
         card = await self.card()
         kwargs = dict(prompt, model=body.model, request_id=request_id, **body.sampling())
-        shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), card.fingerprint)
+        shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), kwargs.get("stop_token_ids", []),
+                        card.fingerprint)
         rename = renamer(chat, body.max_tokens_field())
         headers = {"x-request-id": request_id}
         if not body.stream:

@@ -21,13 +21,11 @@ def finish_reason(reason: str) -> str | None:
     return FINISH_REASONS.get(reason, "stop") if reason else None
 
 
-def stop_reason(reason: str, stops: list[str]) -> str | int | None:
-    """vLLM's stop_reason: the matched stop string, or the token id (an int) that ended the answer."""
-    if not reason:
-        return None
+def stop_reason(reason: str, stops: list[str], stop_ids: list[int]) -> str | int | None:
+    """vLLM's stop_reason: the matched stop string, the matched stop_token_ids entry, None for EOS / end of turn."""
     if reason in stops or not reason.isdigit():
-        return reason
-    return int(reason)
+        return reason or None
+    return int(reason) if int(reason) in stop_ids else None
 
 
 def usage(u: common_pb2.Usage) -> dict[str, Any]:
@@ -54,11 +52,13 @@ def extras(last: router_pb2.GenerateChunk | router_pb2.GenerateResponse) -> dict
 class Shaper:
     """Builds the response objects of one request (completions or chat, streamed or whole)."""
 
-    def __init__(self, chat: bool, request_id: str, model: str, stops: list[str], fingerprint: str = "") -> None:
+    def __init__(self, chat: bool, request_id: str, model: str, stops: list[str], stop_ids: list[int],
+                 fingerprint: str = "") -> None:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.model = model
         self.stops = stops
+        self.stop_ids = stop_ids
         self.fingerprint = fingerprint
         self.created = int(time.time())
 
@@ -78,7 +78,7 @@ class Shaper:
             choice = {"index": 0, "text": text, "logprobs": None}
         choice["finish_reason"] = finish_reason(reason)
         if reason:
-            choice["stop_reason"] = stop_reason(stop, self.stops)
+            choice["stop_reason"] = stop_reason(stop, self.stops, self.stop_ids)
             choice["pdserve_finish_reason"] = reason
         return choice
 

@@ -1,5 +1,6 @@
-"""The HTTP edge's error answers, in process against a scripted router: status codes, OpenAI's error JSON, the field
-named in ``param``, Retry-After, and 400 (never 500) for malformed bodies, wrong types and unsupported fields."""
+"""The HTTP edge in process against a scripted router: status codes, OpenAI's error JSON, the field named in
+``param``, Retry-After, 400 (never 500) for malformed bodies, wrong types and unsupported fields; how request fields
+reach the router and how its answers are shaped."""
 
 import asyncio
 import json
@@ -211,3 +212,30 @@ def test_unset_max_tokens_is_left_to_the_router():
     router = ScriptedRouter(chunks=[router_pb2.GenerateChunk(finish_reason="length")])
     post(router, "/v1/completions", {"prompt": "hi", "stream": True})
     assert router.calls[0]["max_tokens"] is None
+
+
+@pytest.mark.parametrize("stop_ids,reason,want", [([7], "7", 7), ([], "7", None), ([], "</s>", "</s>")],
+                         ids=["stop_token_id", "eos", "stop_string"])
+def test_stop_reason_follows_vllm(stop_ids, reason, want):
+    last = router_pb2.GenerateChunk(finish_reason="stop", stop_reason=reason)
+    body = {"prompt": "hi", "stream": True, "stop_token_ids": stop_ids, "stop": ["</s>"]}
+    r = post(ScriptedRouter(chunks=[last]), "/v1/completions", body)
+    assert json.loads(r.text.splitlines()[0][len("data: "):])["choices"][0]["stop_reason"] == want
+
+
+def test_router_down_is_503_and_unhealthy():
+    from client.client import AsyncPdserveClient
+    from client.launcher import free_port
+
+    async def go():
+        router = AsyncPdserveClient(f"127.0.0.1:{free_port()}")  # nothing listens there
+        transport = httpx.ASGITransport(app=create_app(client=router))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://edge") as http:
+                return (await http.get("/health"), await http.post("/v1/completions", json={"prompt": "hi"}),
+                        await http.post("/tokenize", json={"prompt": "hi"}))
+        finally:
+            await router.close()
+    health, completion, tokenize = asyncio.run(go())
+    assert health.status_code == completion.status_code == tokenize.status_code == 503
+    assert error_of(completion)["type"] == "service_unavailable_error"
