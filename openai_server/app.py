@@ -133,7 +133,7 @@ class Edge:
     @staticmethod
     def request_id(request: Request) -> str:
         given = request.headers.get("x-request-id")
-        if given is None:
+        if not given:
             return uuid.uuid4().hex
         if not given.isascii():
             raise ApiError.invalid("x-request-id", "must be ASCII")

@@ -244,6 +244,26 @@ def test_disconnect_while_waiting_for_a_whole_answer_cancels_upstream(stack):
     wait_until(lambda: _disconnects(stack) == gone_before + 1, what="the edge saw the disconnect")
 
 
+def test_overload_is_429_with_retry_after_and_a_deadline_is_504(tiny_long_model_path):
+    stack = start_stack(model=str(tiny_long_model_path), http_port=0, extra={
+        "router": ["--max-inflight", "1"], "openai_server": ["--request-timeout-s", "2", "--retry-after-s", "7"]})
+    try:
+        long = {"prompt": list(range(3, 30)), "max_tokens": 4000, "ignore_eos": True, "temperature": 0}
+        with httpx.stream("POST", stack.http_url + "/v1/completions", json=dict(long, stream=True)) as r:
+            lines = r.iter_lines()  # kept: a dropped iterator would close the stream
+            next(line for line in lines if line)  # the long request is in flight now
+            refused = httpx.post(stack.http_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "7"
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        wait_until(lambda: decode_load(stack.decodes[0].target).running == 0, what="the stream was cancelled")
+        late = httpx.post(stack.http_url + "/v1/completions", json=long, timeout=60)  # 4000 tokens take far over 2 s
+        assert late.status_code == 504 and late.json()["error"]["code"] == "deadline_exceeded"
+        wait_until(lambda: decode_load(stack.decodes[0].target).running == 0, what="the deadline freed the sequence")
+        assert kv_leases(stack) == 0
+    finally:
+        stack.stop()
+
+
 def test_pdserve_up_http_port(tiny_model_path, tmp_path):
     model = tmp_path / "up-http-model.gguf"
     model.write_bytes(Path(tiny_model_path).read_bytes())
