@@ -16,6 +16,7 @@ HTTP_STATUS = {
     grpc.StatusCode.OUT_OF_RANGE: 400,
     grpc.StatusCode.FAILED_PRECONDITION: 400,
     grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,  # e.g. an X-Request-Id already in flight
     grpc.StatusCode.UNAUTHENTICATED: 401,
     grpc.StatusCode.PERMISSION_DENIED: 403,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
@@ -50,7 +51,7 @@ def from_grpc(err: grpc.aio.AioRpcError, rename=lambda field: field) -> ApiError
     details = err.details() or err.code().name
     match = FIELD_PREFIX.match(details)
     param = None
-    if match and status == 400:
+    if match and status in (400, 409):
         param = rename(match.group(1))
         details = f"{param}: {details[match.end():]}"
     return ApiError(status, details, param, err.code().name.lower())

@@ -118,6 +118,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         self.policy = policy
         self.kv = kv
         self.inflight = 0
+        self.active_ids: set[str] = set()  # workers key their state by request id: one request per id at a time
 
     # --- validation -------------------------------------------------------------------------------------------------
     def _prompt_ids(self, request: router_pb2.GenerateRequest) -> list[int]:
@@ -182,8 +183,12 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             REJECTED.labels("overloaded").inc()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
+        if request_id in self.active_ids:
+            REJECTED.labels("duplicate_id").inc()
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")
         state = RequestState(request_id or uuid.uuid4().hex, len(ids))
         request_id_var.set(state.request_id)  # for this RPC's log lines
+        self.active_ids.add(state.request_id)
         self.inflight += 1
         INFLIGHT.inc()
         try:
@@ -192,6 +197,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         except UpstreamError as exc:
             await context.abort(exc.code, str(exc))
         finally:
+            self.active_ids.discard(state.request_id)
             self.inflight -= 1
             INFLIGHT.dec()
             if state.lease_id and self.kv is not None:  # e.g. cancelled between prefill and decode

@@ -160,6 +160,23 @@ def test_health_and_metrics(stack):
     assert 'pdserve_http_requests_total{route="/health",status="200"}' in metrics
 
 
+def test_a_request_id_already_in_flight_is_refused(stack):
+    """Workers key a request's KV by its id: two at once under one id would corrupt each other."""
+    long = {"prompt": list(range(3, 30)), "max_tokens": 4000, "ignore_eos": True, "temperature": 0, "stream": True}
+    headers = {"x-request-id": "dup-1"}
+    with httpx.stream("POST", stack.http_url + "/v1/completions", json=long, headers=headers) as r:
+        lines = r.iter_lines()  # kept: a dropped iterator would close the stream
+        next(line for line in lines if line)
+        twin = httpx.post(stack.http_url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=headers)
+        assert twin.status_code == 409 and twin.json()["error"]["param"] == "x-request-id"
+        with PdserveClient(stack.router_target) as c, pytest.raises(grpc.RpcError) as err:
+            c.complete("x", max_tokens=1, request_id="dup-1")
+        assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    wait_until(lambda: decode_load(stack.decodes[0].target).running == 0, what="the first one was cancelled")
+    again = httpx.post(stack.http_url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=headers)
+    assert again.status_code == 200 and again.json()["id"] == "cmpl-dup-1"
+
+
 # --- the router's gRPC API ----------------------------------------------------------------------------------------
 def test_router_tokenize_matches_generate(stack):
     with PdserveClient(stack.router_target) as c:
