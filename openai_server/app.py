@@ -30,6 +30,7 @@ from openai_server.responses import Shaper
 
 log = logging.getLogger("pdserve.openai")
 
+MAX_BODY_BYTES = 8 * 1024 * 1024  # under the router's gRPC message limit (common.server.MAX_MESSAGE_BYTES)
 ROUTES = ("/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/health", "/metrics")
 HTTP_REQUESTS = Counter("pdserve_http_requests_total", "HTTP requests answered, by route and status",
                         ["route", "status"])
@@ -69,6 +70,19 @@ class MetricsMiddleware:
             HTTP_INFLIGHT.dec()
             HTTP_REQUESTS.labels(route, str(status)).inc()
             HTTP_SECONDS.labels(route).observe(time.perf_counter() - start)
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused (413) past MAX_BODY_BYTES: bigger ones could not travel to the router anyway."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the body has {declared} bytes; at most {MAX_BODY_BYTES} are accepted")
+    body = b""
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the body exceeds {MAX_BODY_BYTES} bytes")
+    return body
 
 
 async def until_disconnect(request: Request) -> None:
@@ -227,12 +241,12 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = parse(CompletionRequest, await request.body())
+        body = parse(CompletionRequest, await read_body(request))
         return await edge.generate(request, body, body.prompt_kwargs(), chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        body = parse(ChatCompletionRequest, await request.body())
+        body = parse(ChatCompletionRequest, await read_body(request))
         return await edge.generate(request, body, {"messages": body.chat()}, chat=True)
 
     @app.get("/v1/models")
@@ -243,7 +257,7 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
-        body = parse(TokenizeRequest, await request.body())
+        body = parse(TokenizeRequest, await read_body(request))
         if (body.prompt is None) == (body.messages is None):
             raise ApiError.invalid("prompt", "send exactly one of prompt or messages")
         prompt = {"prompt": body.prompt} if body.prompt is not None else {"messages": chat_messages(body.messages)}
@@ -260,7 +274,7 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> dict[str, Any]:
-        body = parse(DetokenizeRequest, await request.body())
+        body = parse(DetokenizeRequest, await read_body(request))
         try:
             reply = await edge.client.detokenize(body.tokens, model=body.model, timeout=edge.timeout_s)
         except grpc.aio.AioRpcError as err:

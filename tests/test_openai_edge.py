@@ -110,6 +110,7 @@ def test_router_field_names_become_the_requests_own():
 
 BAD_BODIES = [
     (b"{not json", None),
+    (b"\xff\xfe", None),
     (b"", None),
     (b"[1, 2]", None),
     (b'{"max_tokens": 3}', "prompt"),
@@ -133,7 +134,7 @@ BAD_BODIES = [
 ]
 
 
-@pytest.mark.parametrize("body,param", BAD_BODIES, ids=[b.decode()[:40] for b, _ in BAD_BODIES])
+@pytest.mark.parametrize("body,param", BAD_BODIES, ids=[b.decode(errors="replace")[:40] for b, _ in BAD_BODIES])
 def test_bad_completion_bodies_are_400_naming_the_field(body, param):
     router = ScriptedRouter()
     r = post(router, "/v1/completions", body)
@@ -239,3 +240,11 @@ def test_router_down_is_503_and_unhealthy():
     health, completion, tokenize = asyncio.run(go())
     assert health.status_code == completion.status_code == tokenize.status_code == 503
     assert error_of(completion)["type"] == "service_unavailable_error"
+
+
+def test_oversized_body_is_413_not_a_retryable_error():
+    from openai_server.app import MAX_BODY_BYTES
+
+    router = ScriptedRouter()
+    r = post(router, "/v1/completions", json.dumps({"prompt": "x" * (MAX_BODY_BYTES + 1)}).encode())
+    assert r.status_code == 413 and "bytes" in error_of(r)["message"] and router.calls == []
