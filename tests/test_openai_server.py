@@ -212,6 +212,11 @@ def test_router_honours_x_request_id_metadata(stack):
             list(stub.Generate(request, metadata=(("x-request-id", "m" * 129),)))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert err.value.details().startswith("request_id:")
+        request.request_id = "caf\u00e9"  # not ASCII: it could not travel on as metadata to the workers
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Generate(request, timeout=30))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("request_id:")
 
 
 # --- a client that goes away ----------------------------------------------------------------------------------------
