@@ -124,7 +124,8 @@ def stack_spec_from_args(a: argparse.Namespace):
     return StackSpec(model=a.model, n_prefill=a.prefill, n_decode=a.decode, n_kvstore=a.kvstore_shards,
                      colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
-                     perf_flags=["--perf-hardware", a.perf_hardware] if a.perf_hardware else [])
+                     perf_flags=["--perf-hardware", a.perf_hardware] if a.perf_hardware else [],
+                     http_port=getattr(a, "http_port", None))
 
 
 def cmd_up(a: argparse.Namespace) -> int:
@@ -139,6 +140,8 @@ def cmd_up(a: argparse.Namespace) -> int:
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())
         print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
+        if stack.edge is not None:
+            print(f"OpenAI-compatible API: {stack.http_url}/v1 (e.g. curl {stack.http_url}/v1/models)")
         sys.stdout.flush()
         while not stop.is_set():
             for p in stack.processes:
@@ -242,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="start kvstore, prefill, decode and router as processes; Ctrl-C stops all")
     add_stack_args(p)
     p.add_argument("--verbose", action="store_true", help="show the services' logs")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="also start the OpenAI-compatible HTTP edge on this port (0: any free port)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("generate", help="stream an answer for one prompt")

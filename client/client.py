@@ -5,7 +5,8 @@
         for chunk in c.generate(messages=[{"role": "user", "content": "Hi"}], max_tokens=32, temperature=0):
             print(chunk.text, end="")
 
-Sampling keywords are those of :class:`engine.params.SamplingParams` (max_tokens, temperature, top_p, stop, ...).
+Sampling keywords are those of :class:`engine.params.SamplingParams` (max_tokens, temperature, top_p, stop, ...);
+without max_tokens the router lets the answer run to the end of the context.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.convert import sampling_to_proto
 from common.server import GRPC_OPTIONS
@@ -27,14 +29,34 @@ def build_request(prompt: str | None = None, *, messages: list[dict[str, str]] |
     given = [x is not None for x in (prompt, messages, token_ids)]
     if sum(given) != 1:
         raise ValueError("pass exactly one of prompt, messages, token_ids")
+    sampling.setdefault("max_tokens", None)  # unset on the wire: the rest of the context
     request = router_pb2.GenerateRequest(model=model, request_id=request_id,
                                          sampling=sampling_to_proto(SamplingParams(**sampling)))
     if prompt is not None:
         request.text = prompt
     elif messages is not None:
-        request.chat.messages.extend(router_pb2.ChatMessage(role=m["role"], content=m["content"]) for m in messages)
+        request.chat.messages.extend(chat_messages(messages))
     else:
         request.token_ids.ids.extend(token_ids)
+    return request
+
+
+def chat_messages(messages: list[dict[str, str]]) -> list[router_pb2.ChatMessage]:
+    return [router_pb2.ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+
+
+def tokenize_request(prompt: str | None = None, *, messages: list[dict[str, str]] | None = None, model: str = "",
+                     add_special_tokens: bool | None = None,
+                     add_generation_prompt: bool | None = None) -> router_pb2.TokenizeRequest:
+    """A TokenizeRequest from exactly one of prompt / messages; None leaves an option at the router's default."""
+    if (prompt is None) == (messages is None):
+        raise ValueError("pass exactly one of prompt, messages")
+    request = router_pb2.TokenizeRequest(model=model, add_special_tokens=add_special_tokens,
+                                         add_generation_prompt=add_generation_prompt)
+    if prompt is not None:
+        request.text = prompt
+    else:
+        request.chat.messages.extend(chat_messages(messages))
     return request
 
 
@@ -64,6 +86,15 @@ class PdserveClient:
     def list_models(self) -> router_pb2.ListModelsResponse:
         return self.stub.ListModels(router_pb2.ListModelsRequest())
 
+    def tokenize(self, prompt: str | None = None, **kwargs) -> router_pb2.TokenizeResponse:
+        """Token ids as Generate would see them; ``messages=`` renders the chat template."""
+        return self.stub.Tokenize(tokenize_request(prompt, **kwargs))
+
+    def detokenize(self, token_ids: list[int], model: str = "",
+                   skip_special_tokens: bool | None = None) -> router_pb2.DetokenizeResponse:
+        return self.stub.Detokenize(router_pb2.DetokenizeRequest(model=model, token_ids=token_ids,
+                                                                 skip_special_tokens=skip_special_tokens))
+
 
 class AsyncPdserveClient:
     def __init__(self, target: str = "127.0.0.1:50050") -> None:
@@ -90,3 +121,21 @@ class AsyncPdserveClient:
 
     async def list_models(self) -> router_pb2.ListModelsResponse:
         return await self.stub.ListModels(router_pb2.ListModelsRequest())
+
+    async def serving(self, timeout: float = 2.0) -> bool:
+        """Whether the router answers grpc.health.v1 with SERVING."""
+        try:
+            reply = await health_pb2_grpc.HealthStub(self.channel).Check(health_pb2.HealthCheckRequest(),
+                                                                         timeout=timeout)
+        except grpc.aio.AioRpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    async def tokenize(self, prompt: str | None = None, *, timeout: float | None = None,
+                       **kwargs) -> router_pb2.TokenizeResponse:
+        return await self.stub.Tokenize(tokenize_request(prompt, **kwargs), timeout=timeout)
+
+    async def detokenize(self, token_ids: list[int], model: str = "", skip_special_tokens: bool | None = None,
+                         timeout: float | None = None) -> router_pb2.DetokenizeResponse:
+        return await self.stub.Detokenize(router_pb2.DetokenizeRequest(
+            model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens), timeout=timeout)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class StackSpec:
     time_scale: float = 1.0
     perf_flags: list[str] = field(default_factory=list)  # e.g. ["--perf-hardware", "H200"]
     threads_per_worker: int | None = None  # BLAS threads per model worker (default: cores / workers)
+    http_port: int | None = None  # the OpenAI-compatible HTTP edge in front of the router (None: none; 0: free port)
 
 
 @dataclass
@@ -107,6 +109,10 @@ class Stack:
                                              "--prefill", ",".join(p.target for p in self.prefills),
                                              "--policy", s.policy] + (["--colocated"] if s.colocated else [])
             self.router = self._proc("router", "router", router_args + s.extra.get("router", []), s.router_port)
+        self.edge: Process | None = None
+        if self.router and s.http_port is not None:
+            self.edge = self._proc("openai", "openai_server", ["--router", self.router.target] +
+                                   s.extra.get("openai_server", []), s.http_port)
 
     # --- running ----------------------------------------------------------------------------------------------------
     @property
@@ -145,10 +151,14 @@ class Stack:
         return self
 
     def _stages(self) -> list[list[Process]]:
-        return [self.kvstores, self.prefills + self.decodes, [self.router] if self.router else []]
+        return [self.kvstores, self.prefills + self.decodes, [self.router] if self.router else [],
+                [self.edge] if self.edge else []]
 
     def wait_ready(self, processes: list[Process], deadline: float) -> None:
         for p in processes:
+            if p is self.edge:
+                self._wait_http_ready(p, deadline)
+                continue
             with grpc.insecure_channel(p.target) as ch:
                 stub = health_pb2_grpc.HealthStub(ch)
                 while True:
@@ -163,6 +173,26 @@ class Stack:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{p.name} did not become SERVING in time:\n{self.log_tail(p)}")
                     time.sleep(0.1)
+
+    def _wait_http_ready(self, p: Process, deadline: float) -> None:
+        """The HTTP edge is ready when its /health answers 200 (it asks the router)."""
+        while True:
+            if p.popen.poll() is not None:
+                raise RuntimeError(f"{p.name} exited with code {p.popen.returncode}:\n{self.log_tail(p)}")
+            try:
+                with urllib.request.urlopen(f"{self.http_url}/health", timeout=1.0) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{p.name} did not become healthy in time:\n{self.log_tail(p)}")
+            time.sleep(0.1)
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the OpenAI-compatible edge (``.../v1`` is the OpenAI base_url)."""
+        return f"http://{self.edge.target}"
 
     def log_tail(self, p: Process, lines: int = 30) -> str:
         if p.log_path is None or not p.log_path.exists():

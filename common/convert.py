@@ -12,13 +12,18 @@ from engine.stop import StepResult
 from protos import common_pb2
 
 _SAMPLING_FIELDS = common_pb2.SamplingParams.DESCRIPTOR.fields
+# Unset on the wire means something other than the in-process default: max_tokens runs to the end of the context.
+_WIRE_UNSET = {"max_tokens": None}
 
 
 def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
-    """Wire -> runtime. An unset optional field keeps the runtime's default. Does not validate."""
+    """Wire -> runtime. An unset optional field keeps the runtime's default (max_tokens: the rest of the context,
+    resolved by validate_request). Does not validate."""
     values = {}
     for f in _SAMPLING_FIELDS:
         if f.has_presence and not msg.HasField(f.name):
+            if f.name in _WIRE_UNSET:
+                values[f.name] = _WIRE_UNSET[f.name]
             continue
         value = getattr(msg, f.name)
         values[f.name] = list(value) if f.is_repeated else value

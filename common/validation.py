@@ -16,8 +16,9 @@ MAX_REQUEST_ID_CHARS = 128
 
 
 def check_request_id(request_id: str) -> str:
-    if not request_id or len(request_id) > MAX_REQUEST_ID_CHARS or not request_id.isprintable():
-        raise InvalidParameter("request_id", f"must be 1..{MAX_REQUEST_ID_CHARS} printable characters")
+    # ASCII: the id travels on as x-request-id metadata, and gRPC metadata values are ASCII
+    if not request_id or len(request_id) > MAX_REQUEST_ID_CHARS or not (request_id.isascii() and request_id.isprintable()):
+        raise InvalidParameter("request_id", f"must be 1..{MAX_REQUEST_ID_CHARS} printable ASCII characters")
     return request_id
 
 

@@ -21,7 +21,7 @@ class KVBudget:
             raise ValueError(f"kv blocks: must be positive, got {total_blocks}")
         self.total_blocks = total_blocks
         self.block_tokens = block_tokens
-        self.held: dict[str, int] = {}  # request id -> blocks
+        self.held: dict[int, int] = {}  # holder (the scheduler passes id(sequence)) -> blocks
         self.used = 0
 
     @property
@@ -35,16 +35,16 @@ class KVBudget:
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_tokens)
 
-    def grow(self, request_id: str, tokens: int) -> bool:
-        """Hold enough blocks for ``tokens`` tokens of this sequence; False (and nothing held) if the budget cannot."""
-        need = self.blocks_for(tokens) - self.held.get(request_id, 0)
+    def grow(self, holder: int, tokens: int) -> bool:
+        """Hold enough blocks for ``tokens`` tokens of this holder; False (and nothing more held) if the budget cannot."""
+        need = self.blocks_for(tokens) - self.held.get(holder, 0)
         if need <= 0:
             return True
         if need > self.free:
             return False
-        self.held[request_id] = self.held.get(request_id, 0) + need
+        self.held[holder] = self.held.get(holder, 0) + need
         self.used += need
         return True
 
-    def release(self, request_id: str) -> None:
-        self.used -= self.held.pop(request_id, 0)
+    def release(self, holder: int) -> None:
+        self.used -= self.held.pop(holder, 0)

@@ -8,7 +8,7 @@ INVALID_ARGUMENT. Each hop validates once where a request enters it (router, wor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_CHARS = 256
@@ -25,7 +25,7 @@ class InvalidParameter(ValueError):
 
 @dataclass
 class SamplingParams:
-    max_tokens: int = 256
+    max_tokens: int | None = 256  # None: the rest of the context (vLLM's server rule), resolved by validate_request
     min_tokens: int = 0
     temperature: float = 1.0
     top_k: int = 0  # 0 or -1: no top-k
@@ -110,8 +110,13 @@ def check_fits_context(prompt_len: int, params: SamplingParams, context_length: 
 
 def validate_request(prompt_ids, params: SamplingParams, vocab_size: int, context_length: int,
                      ids_field: str = "token_ids") -> tuple[list[int], SamplingParams]:
-    """The one check of a generation request: prompt ids, sampling parameters, and both against the context."""
+    """The one check of a generation request: prompt ids, sampling parameters, and both against the context.
+
+    Returns the ids and the parameters, with an unset ``max_tokens`` resolved to the rest of the context.
+    """
     ids = check_token_ids(prompt_ids, vocab_size, ids_field)
+    if params.max_tokens is None:
+        params = replace(params, max_tokens=max(1, context_length - len(ids)))
     params.validate(vocab_size)
     check_fits_context(len(ids), params, context_length)
     return ids, params

@@ -157,8 +157,7 @@ class Scheduler:
             if pending and tokens_left <= 0:
                 break
             # after admission the KV holds every token but the newest, and the next decode step writes that one
-            if self.budget is not None and not self.budget.grow(seq.request_id,
-                                                                len(seq.prompt_ids) + max(1, len(seq.output_ids))):
+            if self.budget is not None and not self.budget.grow(id(seq), len(seq.prompt_ids) + max(1, len(seq.output_ids))):
                 break
             if pending == 0:
                 self.waiting.remove(seq)
@@ -176,7 +175,7 @@ class Scheduler:
         i = 0
         while i < len(self.running):
             seq = self.running[i]
-            if self.budget.grow(seq.request_id, seq.kv.length + 1):
+            if self.budget.grow(id(seq), seq.kv.length + 1):
                 i += 1
             else:
                 self._preempt(self.running.pop())  # the newest; may be seq itself, and the loop then ends
@@ -189,5 +188,5 @@ class Scheduler:
 
     def _free(self, seq: Sequence) -> None:
         if self.budget is not None:
-            self.budget.release(seq.request_id)
+            self.budget.release(id(seq))
         self.free_kv(seq)

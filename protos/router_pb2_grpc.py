@@ -50,6 +50,16 @@ class RouterStub:
                 request_serializer=protos_dot_router__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=protos_dot_router__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.Tokenize = channel.unary_unary(
+                '/pdserve.v1.Router/Tokenize',
+                request_serializer=protos_dot_router__pb2.TokenizeRequest.SerializeToString,
+                response_deserializer=protos_dot_router__pb2.TokenizeResponse.FromString,
+                _registered_method=True)
+        self.Detokenize = channel.unary_unary(
+                '/pdserve.v1.Router/Detokenize',
+                request_serializer=protos_dot_router__pb2.DetokenizeRequest.SerializeToString,
+                response_deserializer=protos_dot_router__pb2.DetokenizeResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -77,6 +87,20 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Tokenize(self, request, context):
+        """Token ids of a text or chat prompt, exactly as Generate would tokenize it (chat template included).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Detokenize(self, request, context):
+        """Text of token ids.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +118,16 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=protos_dot_router__pb2.ListModelsRequest.FromString,
                     response_serializer=protos_dot_router__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'Tokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Tokenize,
+                    request_deserializer=protos_dot_router__pb2.TokenizeRequest.FromString,
+                    response_serializer=protos_dot_router__pb2.TokenizeResponse.SerializeToString,
+            ),
+            'Detokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Detokenize,
+                    request_deserializer=protos_dot_router__pb2.DetokenizeRequest.FromString,
+                    response_serializer=protos_dot_router__pb2.DetokenizeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +212,60 @@ class Router:
             '/pdserve.v1.Router/ListModels',
             protos_dot_router__pb2.ListModelsRequest.SerializeToString,
             protos_dot_router__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Tokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pdserve.v1.Router/Tokenize',
+            protos_dot_router__pb2.TokenizeRequest.SerializeToString,
+            protos_dot_router__pb2.TokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Detokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pdserve.v1.Router/Detokenize',
+            protos_dot_router__pb2.DetokenizeRequest.SerializeToString,
+            protos_dot_router__pb2.DetokenizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

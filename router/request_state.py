@@ -70,4 +70,5 @@ class RequestState:
 
     def usage(self) -> common_pb2.Usage:
         return common_pb2.Usage(prompt_tokens=self.prompt_len, completion_tokens=self.completion_tokens,
-                                cached_prompt_tokens=self.cached_tokens)
+                                cached_prompt_tokens=self.cached_tokens,
+                                total_tokens=self.prompt_len + self.completion_tokens)

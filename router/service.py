@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import grpc
 
 from common.metrics import request_id_var
-from common.validation import abort_invalid
+from common.validation import abort_invalid, check_request_id
 from engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys
 from engine.params import InvalidParameter
 from engine.tokenizer import GGUFTokenizer
@@ -20,6 +20,7 @@ from router.metrics import INFLIGHT, REJECTED, record_finished
 from router.policy import PrefillPolicy
 from router.prompt import RequestValidator
 from router.request_state import RequestState
+from router.tokenize import TokenizeRPCs
 from router.upstream import UpstreamError, prefill_with_retries, relay_decode
 from router.workers import WorkerPool
 
@@ -38,7 +39,7 @@ class RouterConfig:
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
 
 
-class RouterService(router_pb2_grpc.RouterServicer):
+class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
     def __init__(self, config: RouterConfig, tokenizer: GGUFTokenizer, prefill: WorkerPool, decode: WorkerPool,
                  policy: PrefillPolicy, kv: KVStoreClient | None) -> None:
         self.config = config
@@ -49,6 +50,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
         self.policy = policy
         self.kv = kv
         self.inflight = 0
+        self.active_ids: set[str] = set()  # workers key leases and tail blocks by request id: one request per id
 
     async def ListModels(self, request, context):
         c = self.config
@@ -57,7 +59,10 @@ class RouterService(router_pb2_grpc.RouterServicer):
             fingerprint=c.fingerprint)])
 
     async def Generate(self, request, context):
+        request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
         try:
+            if request_id:
+                check_request_id(request_id)
             ids, _ = self.validator.validate(request)
         except InvalidParameter as exc:
             REJECTED.labels("invalid").inc()
@@ -66,8 +71,12 @@ class RouterService(router_pb2_grpc.RouterServicer):
             REJECTED.labels("overloaded").inc()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
-        state = RequestState(request.request_id or uuid.uuid4().hex, len(ids), colocated=self.config.colocated)
+        if request_id in self.active_ids:
+            REJECTED.labels("duplicate_id").inc()
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")
+        state = RequestState(request_id or uuid.uuid4().hex, len(ids), colocated=self.config.colocated)
         request_id_var.set(state.request_id)  # for this RPC's log lines
+        self.active_ids.add(state.request_id)
         self.inflight += 1
         INFLIGHT.inc()
         try:
@@ -76,6 +85,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
         except UpstreamError as exc:
             await context.abort(exc.code, str(exc))
         finally:
+            self.active_ids.discard(state.request_id)
             self.inflight -= 1
             INFLIGHT.dec()
             if state.lease_id and self.kv is not None:  # e.g. cancelled between prefill and decode

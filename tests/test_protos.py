@@ -35,5 +35,6 @@ def test_sampling_round_trip_keeps_defaults_for_unset_fields():
     params = SamplingParams(max_tokens=7, temperature=0.5, seed=3, stop=["x", "yz"], stop_token_ids=[4],
                             ignore_eos=True, repetition_max_period=5)
     assert sampling_from_proto(sampling_to_proto(params)) == params
-    assert sampling_from_proto(common_pb2.SamplingParams()) == SamplingParams()  # unset optionals: vLLM's defaults
+    # unset optionals: vLLM's defaults, and max_tokens left to run to the end of the context
+    assert sampling_from_proto(common_pb2.SamplingParams()) == SamplingParams(max_tokens=None)
     assert not sampling_to_proto(SamplingParams()).HasField("seed")

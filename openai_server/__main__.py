@@ -1,0 +1,3 @@
+from openai_server.server import main
+
+main()

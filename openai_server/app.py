@@ -1,0 +1,294 @@
+"""The HTTP routes: OpenAI's completions, chat completions and models, vLLM's tokenize/detokenize, health, metrics.
+
+Every request becomes one gRPC call to the router. A client that disconnects cancels that call, and with it the
+request's prefill, decode and KV lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from starlette.exceptions import HTTPException
+
+from client.client import AsyncPdserveClient
+from common.metrics import E2E_BUCKETS
+from openai_server.errors import ApiError, error_response, from_grpc
+from openai_server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, SamplingFields,
+                                    TokenizeRequest, chat_messages, parse)
+from openai_server.responses import Shaper
+
+log = logging.getLogger("pdserve.openai")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # under the router's gRPC message limit (common.server.MAX_MESSAGE_BYTES)
+ROUTES = ("/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/health", "/metrics")
+HTTP_REQUESTS = Counter("pdserve_http_requests_total", "HTTP requests answered, by route and status",
+                        ["route", "status"])
+HTTP_SECONDS = Histogram("pdserve_http_request_seconds", "Wall time of an HTTP request, streaming included",
+                         ["route"], buckets=E2E_BUCKETS)
+HTTP_INFLIGHT = Gauge("pdserve_http_requests_inflight", "HTTP requests being answered")
+DISCONNECTS = Counter("pdserve_http_client_disconnects_total", "Requests whose client went away before the end")
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected; the upstream call has been cancelled."""
+
+
+class MetricsMiddleware:
+    """Counts and times every request by route and status (pure ASGI, so streaming and cancellation pass through)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        route = scope["path"] if scope["path"] in ROUTES else "other"
+        status = 500
+        start = time.perf_counter()
+
+        async def send_status(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        HTTP_INFLIGHT.inc()
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            HTTP_INFLIGHT.dec()
+            HTTP_REQUESTS.labels(route, str(status)).inc()
+            HTTP_SECONDS.labels(route).observe(time.perf_counter() - start)
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused (413) past MAX_BODY_BYTES: bigger ones could not travel to the router anyway."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the body has {declared} bytes; at most {MAX_BODY_BYTES} are accepted")
+    body = b""
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the body exceeds {MAX_BODY_BYTES} bytes")
+    return body
+
+
+async def until_disconnect(request: Request) -> None:
+    """Returns when the client closes the connection (call only once the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Awaitable) -> Any:
+    """``await work``, cancelled (ClientGone) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(until_disconnect(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        DISCONNECTS.inc()
+        raise ClientGone()
+    return task.result()
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def renamer(chat: bool, max_tokens_field: str):
+    """Router field names -> the request's (``prompt.chat.messages[0].role`` -> ``messages[0].role``)."""
+    def rename(field: str) -> str:
+        if field == "max_tokens":
+            return max_tokens_field
+        if field.startswith("prompt.chat.messages"):
+            return field[len("prompt.chat."):]
+        if field.startswith("prompt"):
+            return "messages" if chat else "prompt"
+        if field == "request_id":
+            return "x-request-id"
+        return field
+    return rename
+
+
+class Edge:
+    """What the routes share: the router client, the served model's card, the settings."""
+
+    def __init__(self, client: AsyncPdserveClient | None, timeout_s: float | None, retry_after_s: int) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self._card = None
+
+    async def card(self):
+        """The served model (asked once: the router serves one model for its lifetime)."""
+        if self._card is None:
+            try:
+                self._card = (await self.client.list_models()).models[0]
+            except grpc.aio.AioRpcError as err:
+                raise from_grpc(err) from None
+        return self._card
+
+    @staticmethod
+    def request_id(request: Request) -> str:
+        given = request.headers.get("x-request-id")
+        if not given:
+            return uuid.uuid4().hex
+        if not given.isascii():
+            raise ApiError.invalid("x-request-id", "must be ASCII")
+        return given  # the router checks its length
+
+    async def generate(self, request: Request, body: SamplingFields, prompt: dict[str, Any], chat: bool) -> Response:
+        body.check_supported()
+        request_id = self.request_id(request)
+        card = await self.card()
+        kwargs = dict(prompt, model=body.model, request_id=request_id, **body.sampling())
+        shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), kwargs.get("stop_token_ids", []),
+                        card.fingerprint)
+        rename = renamer(chat, body.max_tokens_field())
+        headers = {"x-request-id": request_id}
+        if not body.stream:
+            try:
+                reply = await unless_disconnected(request, self.client.complete(timeout=self.timeout_s, **kwargs))
+            except grpc.aio.AioRpcError as err:
+                raise from_grpc(err, rename) from None
+            return JSONResponse(shaper.whole(reply), headers=headers)
+        call = self.client.generate(timeout=self.timeout_s, **kwargs)
+        chunks = aiter(call)
+        try:  # errors before the first chunk (bad input, overload) still get their HTTP status
+            first = await unless_disconnected(request, anext(chunks, None))
+        except grpc.aio.AioRpcError as err:
+            raise from_grpc(err, rename) from None
+        except BaseException:  # the client went away (or the server stops): cancel upstream
+            call.cancel()
+            raise
+        stream = self._events(call, chunks, first, shaper, body.include_usage(), rename)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+    async def _events(self, call, chunks: AsyncIterator, chunk, shaper: Shaper, include_usage: bool,
+                      rename) -> AsyncIterator[str]:
+        """Server-sent events: one per router chunk, the usage chunk if asked, ``[DONE]``."""
+        first, last = True, None
+        try:
+            while chunk is not None:
+                yield sse(shaper.chunk(chunk, first, include_usage))
+                first, last = False, chunk
+                chunk = await anext(chunks, None)
+            if include_usage and last is not None:
+                yield sse(shaper.usage_chunk(last))
+        except grpc.aio.AioRpcError as err:  # after the headers: the error travels as an event
+            error = from_grpc(err, rename)
+            yield sse({"error": {"message": error.message, "type": "server_error", "param": error.param,
+                                 "code": error.code}})
+        except asyncio.CancelledError:  # the client went away
+            DISCONNECTS.inc()
+            raise
+        finally:
+            call.cancel()  # no-op once finished; else cancels the request upstream
+        yield sse("[DONE]")
+
+
+def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | None = None,
+               timeout_s: float | None = None, retry_after_s: int = 1) -> FastAPI:
+    """The ASGI app. ``client`` replaces the router connection (tests); else one is opened at startup."""
+    edge = Edge(client, timeout_s, retry_after_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        owned = edge.client is None
+        if owned:
+            edge.client = AsyncPdserveClient(router)
+        try:
+            yield
+        finally:
+            if owned:
+                await edge.client.close()
+
+    app = FastAPI(title="pdserve OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(MetricsMiddleware)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc, edge.retry_after_s)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(ApiError(exc.status_code, str(exc.detail)), edge.retry_after_s)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(ApiError(500, "internal error"), edge.retry_after_s)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = parse(CompletionRequest, await read_body(request))
+        return await edge.generate(request, body, body.prompt_kwargs(), chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = parse(ChatCompletionRequest, await read_body(request))
+        return await edge.generate(request, body, {"messages": body.chat()}, chat=True)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = await edge.card()
+        return {"object": "list", "data": [{"id": card.id, "object": "model", "created": 0, "owned_by": "pdserve",
+                                            "max_model_len": card.context_length}]}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> dict[str, Any]:
+        body = parse(TokenizeRequest, await read_body(request))
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError.invalid("prompt", "send exactly one of prompt or messages")
+        prompt = {"prompt": body.prompt} if body.prompt is not None else {"messages": chat_messages(body.messages)}
+        try:
+            reply = await edge.client.tokenize(model=body.model, add_special_tokens=body.add_special_tokens,
+                                               add_generation_prompt=body.add_generation_prompt,
+                                               timeout=edge.timeout_s, **prompt)
+        except grpc.aio.AioRpcError as err:
+            raise from_grpc(err, renamer(body.messages is not None, "max_tokens")) from None
+        out = {"count": reply.count, "max_model_len": reply.context_length, "tokens": list(reply.token_ids)}
+        if body.return_token_strs:
+            out["token_strs"] = list(reply.tokens)
+        return out
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> dict[str, Any]:
+        body = parse(DetokenizeRequest, await read_body(request))
+        try:
+            reply = await edge.client.detokenize(body.tokens, model=body.model, timeout=edge.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise from_grpc(err, lambda f: "tokens" if f == "token_ids" else f) from None
+        return {"prompt": reply.text}
+
+    @app.get("/health")
+    async def health() -> Response:
+        if await edge.client.serving():
+            return Response(status_code=200)
+        return error_response(ApiError(503, "the router is not serving"), edge.retry_after_s)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

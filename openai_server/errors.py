@@ -1,0 +1,64 @@
+"""Errors as OpenAI's clients expect them: ``{"error": {"message", "type", "param", "code"}}`` with a matching status.
+
+Router errors arrive as gRPC status codes whose details start with the field name (``max_tokens: ...``); the field
+becomes ``param``, renamed to the OpenAI request's spelling.
+"""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+from fastapi.responses import JSONResponse
+
+HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,  # e.g. an X-Request-Id already in flight
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.CANCELLED: 499,  # the client closed the request (nginx's convention)
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+ERROR_TYPE = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error",
+              503: "service_unavailable_error", 504: "timeout_error"}
+FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): ")
+
+
+class ApiError(Exception):
+    """An error answered to the HTTP client; ``param`` names the request field at fault."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    @classmethod
+    def invalid(cls, param: str, message: str) -> "ApiError":
+        return cls(400, f"{param}: {message}", param)
+
+
+def from_grpc(err: grpc.aio.AioRpcError, rename=lambda field: field) -> ApiError:
+    """The HTTP error for a failed router call; ``rename`` maps router field names to the request's."""
+    status = HTTP_STATUS.get(err.code(), 500)
+    details = err.details() or err.code().name
+    match = FIELD_PREFIX.match(details)
+    param = None
+    if match and status in (400, 409):
+        param = rename(match.group(1))
+        details = f"{param}: {details[match.end():]}"
+    return ApiError(status, details, param, err.code().name.lower())
+
+
+def error_response(exc: ApiError, retry_after_s: int) -> JSONResponse:
+    kind = ERROR_TYPE.get(exc.status, "server_error" if exc.status >= 500 else "invalid_request_error")
+    body = {"error": {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}}
+    headers = {"Retry-After": str(retry_after_s)} if exc.status == 429 else None
+    return JSONResponse(body, status_code=exc.status, headers=headers)
