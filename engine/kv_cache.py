@@ -37,9 +37,9 @@ def block_keys(token_ids: list[int], fingerprint: str, block_tokens: int = DEFAU
     return keys
 
 
-def tail_block_key(request_id: str, token_count: int) -> str:
-    """Key of a partial last block: scoped to one request, never shared."""
-    return f"tail:{request_id}:{token_count}"
+def tail_block_key(scope: str, token_count: int) -> str:
+    """Key of a partial last block: scoped to one prefill call (``scope``), never shared."""
+    return f"tail:{scope}:{token_count}"
 
 
 def block_nbytes(config: ModelConfig, tokens: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
@@ -75,7 +76,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         PROMPT_LEN.observe(len(ids))
         seq = self.runtime.new_sequence(ids, params, request_id)
         keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens)
-        lease_id = request_id
+        lease_id = f"{request_id}:{uuid.uuid4().hex[:16]}"  # per call: a reused request id never shares KV state
         job: Job | None = None
         try:
             io_start = time.perf_counter()
@@ -148,7 +149,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             blocks.append(BlockData(keys[i], bt, data))
             self.cache.add(keys[i], data)
         if n % bt:
-            tail = tail_block_key(seq.request_id, n)
+            tail = tail_block_key(lease_id, n)
             handle_keys.append(tail)
             blocks.append(BlockData(tail, n % bt, seq.kv.export_block(len(keys))))
         if blocks:

@@ -156,6 +156,20 @@ def test_unclaimed_prefill_lease_expires(tiny_stack):
     wait_until(lambda: kv_leases(tiny_stack) == 0, what="lease expiry")
 
 
+def test_a_reused_request_id_never_shares_kv_state(tiny_stack):
+    """Two prefills under one request id, same length, other tokens: separate leases and tail blocks, so neither
+    request can release the other's lease or read the other's tail KV."""
+    with grpc.insecure_channel(tiny_stack.prefills[0].target) as ch:
+        stub = prefill_pb2_grpc.PrefillStub(ch)
+        replies = [stub.Prefill(prefill_pb2.PrefillRequest(
+            request_id="same-id", token_ids=list(range(start, start + 37)), lease_ttl_s=1.0,
+            sampling=sampling_to_proto(SamplingParams(max_tokens=5)))) for start in (3, 50)]
+    first, second = (r.kv for r in replies)
+    assert first.lease_id != second.lease_id
+    assert first.block_keys[-1] != second.block_keys[-1]  # the tails
+    wait_until(lambda: kv_leases(tiny_stack) == 0, what="lease expiry")
+
+
 def test_list_models(tiny_stack, tiny_runtime):
     with PdserveClient(tiny_stack.router_target) as c:
         [card] = c.list_models().models
