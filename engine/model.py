@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from engine.kv_cache import KVSlab, SequenceKV
 
 F32 = np.float32
+QUERY_BLOCK = 256  # queries per block of causal attention
+CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: np.float32) -> np.ndarray:
@@ -41,11 +43,12 @@ def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return out
 
 
-def softmax_lastdim(scores: np.ndarray) -> np.ndarray:
-    scores = scores - scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
-    return scores
+def softmax_lastdim(scores: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Softmax over the last axis; ``out=scores`` works in place (no second array of the scores' size)."""
+    out = np.subtract(scores, scores.max(axis=-1, keepdims=True), out=out)
+    np.exp(out, out=out)
+    out /= out.sum(axis=-1, keepdims=True)
+    return out
 
 
 class RotaryEmbedding:
@@ -148,25 +151,27 @@ class LlamaModel:
         return attn
 
     def _attend(self, q: np.ndarray, kv: SequenceKV, layer: int, start: int) -> np.ndarray:
-        """Causal grouped-query attention of n new queries over start + n cached positions. q: [n, H, D]."""
+        """Causal grouped-query attention of n new queries over start + n cached positions. q: [n, H, D].
+
+        Queries go in blocks of QUERY_BLOCK: a block attends only to the keys up to its last query, so the causal
+        half of the score matrix is never computed, and only the block's diagonal square needs a mask.
+        """
         c = self.config
-        n = q.shape[0]
-        total = start + n
-        keys = kv.k[layer, :, :total]  # [KVH, T, D]
-        values = kv.v[layer, :, :total]
-        g = c.group_size
-        qg = q.reshape(n, c.n_kv_heads, g, c.head_dim).transpose(1, 2, 0, 3)  # [KVH, g, n, D]
-        qg = qg.reshape(c.n_kv_heads, g * n, c.head_dim) * self.scale
-        scores = qg @ keys.transpose(0, 2, 1)  # [KVH, g*n, T]
-        if n > 1:
-            query_pos = start + np.arange(n)
-            future = np.arange(total)[None, :] > query_pos[:, None]  # [n, T]
-            scores = scores.reshape(c.n_kv_heads, g, n, total)
-            scores[:, :, future] = -np.inf
-            scores = scores.reshape(c.n_kv_heads, g * n, total)
-        probs = softmax_lastdim(scores)
-        out = probs @ values  # [KVH, g*n, D]
-        return out.reshape(c.n_kv_heads, g, n, c.head_dim).transpose(2, 0, 1, 3).reshape(n, -1)
+        n, g, kvh, d = q.shape[0], c.group_size, c.n_kv_heads, c.head_dim
+        keys, values = kv.k[layer], kv.v[layer]  # [KVH, capacity, D]
+        qg = q.reshape(n, kvh, g, d).transpose(1, 0, 2, 3) * self.scale  # [KVH, n, g, D]: a query's heads adjacent
+        qg = qg.reshape(kvh, n * g, d)
+        out = np.empty((kvh, n * g, d), dtype=F32)
+        for b0 in range(0, n, QUERY_BLOCK):
+            b1 = min(n, b0 + QUERY_BLOCK)
+            total = start + b1
+            scores = qg[:, b0 * g:b1 * g] @ keys[:, :total].transpose(0, 2, 1)  # [KVH, bq*g, T]
+            if b1 - b0 > 1:  # query i of the block may not see keys after start + b0 + i
+                square = scores.reshape(kvh, b1 - b0, g, total)[..., start + b0:]
+                square += CAUSAL_MASK[:b1 - b0, :b1 - b0][None, :, None, :]
+            softmax_lastdim(scores, out=scores)
+            np.matmul(scores, values[:, :total], out=out[:, b0 * g:b1 * g])
+        return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
                      layer: int) -> np.ndarray:
@@ -184,9 +189,9 @@ class LlamaModel:
         qg = q.reshape(b, c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D], pre-scaled
         scores = qg @ keys.transpose(0, 1, 3, 2)  # [B, KVH, g, T]
         if plan.padding is not None:
-            scores = np.where(plan.padding[:, None, None, :], -np.inf, scores).astype(F32, copy=False)
-        probs = softmax_lastdim(scores)
-        return (probs @ values).reshape(b, -1)  # [B, KVH, g, D] -> [B, H*D]
+            scores += plan.padding[:, None, None, :]  # -inf past each sequence's end
+        softmax_lastdim(scores, out=scores)
+        return (scores @ values).reshape(b, -1)  # [B, KVH, g, D] -> [B, H*D]
 
 
 @dataclass
@@ -208,7 +213,7 @@ class AttentionPlan:
     slots: np.ndarray
     lengths: np.ndarray
     dense: bool
-    padding: np.ndarray | None  # [B, T]: positions past each slab sequence's end, None when there are none
+    padding: np.ndarray | None  # [B, T]: -inf past each slab sequence's end, 0 before; None when all are full
     singles: list[tuple[int, int, int]]
 
     @property
@@ -235,10 +240,10 @@ class AttentionPlan:
         slots = np.array([caches[i].slot for i in batched], dtype=np.int64)  # ascending: dense when all are here
         lengths = np.array([starts[i] + 1 for i in batched], dtype=np.int64)
         total = int(lengths.max()) if batched else 0
-        padding = np.arange(total)[None, :] >= lengths[:, None]
+        past_end = np.arange(total)[None, :] >= lengths[:, None]
         return cls(
             caches=caches, counts=counts, starts=starts, offsets=offsets, positions=positions, slab=slab,
             slab_rows=offsets[batched] if batched else np.zeros(0, dtype=np.int64), slots=slots, lengths=lengths,
             dense=bool(np.array_equal(slots, np.arange(len(slots)))),
-            padding=padding if padding.any() else None,
+            padding=np.where(past_end, F32(-np.inf), F32(0.0)) if past_end.any() else None,
             singles=[(i, offsets[i], offsets[i + 1]) for i, member in enumerate(in_slab) if not member])

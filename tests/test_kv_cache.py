@@ -139,3 +139,30 @@ def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolera
     got = quantized_rt.model.prefill([quantized_rt.model.new_kv()], prompt)[0]
     assert got.dtype == np.float32
     assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < tolerance
+
+
+def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime):
+    """Prefill attention in query blocks (with a cached prefix, and more queries than one block) equals plain
+    causal softmax attention computed in float64, up to float32 summation order."""
+    from engine.model import QUERY_BLOCK
+
+    model = tiny_runtime.model
+    c = model.config
+    rng = np.random.default_rng(6)
+    start, n = 40, QUERY_BLOCK + 60
+    kv = model.new_kv(capacity=start + n)
+    kv.k[0, :, :start + n] = rng.standard_normal((c.n_kv_heads, start + n, c.head_dim)).astype(np.float32)
+    kv.v[0, :, :start + n] = rng.standard_normal((c.n_kv_heads, start + n, c.head_dim)).astype(np.float32)
+    q = rng.standard_normal((n, c.n_heads, c.head_dim)).astype(np.float32)
+    got = model._attend(q, kv, 0, start)  # [n, H*D]
+
+    keys = kv.k[0, :, :start + n].astype(np.float64)
+    values = kv.v[0, :, :start + n].astype(np.float64)
+    want = np.empty((n, c.n_heads, c.head_dim))
+    for h in range(c.n_heads):
+        kvh = h // c.group_size
+        scores = q[:, h].astype(np.float64) @ keys[kvh].T / np.sqrt(c.head_dim)  # [n, T]
+        scores[np.arange(start + n)[None, :] > (start + np.arange(n))[:, None]] = -np.inf
+        probs = np.exp(scores - scores.max(axis=1, keepdims=True))
+        want[:, h] = (probs / probs.sum(axis=1, keepdims=True)) @ values[kvh]
+    np.testing.assert_allclose(got, want.reshape(n, -1), rtol=1e-4, atol=1e-5)
