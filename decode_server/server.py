@@ -10,7 +10,7 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from common.convert import token_step
-from common.metrics import STEP_BUCKETS
+from common.metrics import RPC_BUCKETS
 from common.validation import abort_invalid, check_worker_request
 from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
@@ -27,11 +27,11 @@ log = logging.getLogger("pdserve.decode")
 REQUESTS = Counter("pdserve_decode_requests_total", "Decode requests finished", ["finished_reason"])
 GENERATED = Counter("pdserve_decode_generation_tokens_total", "Tokens streamed by decode")
 KV_FETCH = Histogram("pdserve_decode_kv_fetch_seconds", "Wall time fetching a request's KV blocks",
-                     buckets=STEP_BUCKETS)
+                     buckets=RPC_BUCKETS)
 RUNNING = Gauge("pdserve_decode_num_requests_running", "Sequences in the running batch")
 WAITING = Gauge("pdserve_decode_num_requests_waiting", "Sequences waiting for admission")
 KV_USAGE = Gauge("pdserve_decode_kv_cache_usage_perc", "Fraction of the KV block budget in use")
-PREEMPTIONS = Gauge("pdserve_decode_num_preemptions", "Sequences preempted (KV dropped, recomputed later) so far")
+PREEMPTIONS = Counter("pdserve_decode_num_preemptions", "Sequences preempted (KV dropped, recomputed later)")
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
@@ -44,7 +44,9 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         RUNNING.set_function(lambda: len(s.running))
         WAITING.set_function(lambda: len(s.waiting))
         KV_USAGE.set_function(lambda: s.budget.usage)
-        PREEMPTIONS.set_function(lambda: s.num_preemptions)
+        worker.on_preempted = PREEMPTIONS.inc
+        for reason in ("stop", "length", "repetition", "abort", "error"):
+            REQUESTS.labels(reason)
 
     async def GetLoad(self, request, context):
         return self.worker.load()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from common.config import FlagParser, add_model_flags, service_parser, split_targets
+from common.metrics import set_process_info
 from common.server import serve, setup_logging
 from engine.runtime import model_metadata
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import router_pb2, router_pb2_grpc
+from router.metrics import init_labels
 from router.policy import PREFILL_POLICIES, PrefillPolicy
 from router.service import RouterConfig, RouterService
 from router.workers import decode_pool, prefill_pool
@@ -41,11 +43,14 @@ def main(argv: list[str] | None = None) -> None:
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
         lease_ttl_s=args.lease_ttl_s)
+    set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
 
     async def run() -> None:
         prefill = prefill_pool([] if args.colocated else split_targets(args.prefill))
         decode = decode_pool(split_targets(args.decode))
         kv = KVStoreClient(split_targets(args.kvstore)) if split_targets(args.kvstore) and not args.colocated else None
+        init_labels(config.model_name, [w.target for w in prefill.workers], [w.target for w in decode.workers],
+                    args.policy)
         service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(args.policy, args.block_tokens), kv)
 
         def register(server):

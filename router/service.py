@@ -16,7 +16,7 @@ from engine.params import InvalidParameter
 from engine.tokenizer import GGUFTokenizer
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
-from router.metrics import INFLIGHT, REJECTED, record_finished
+from router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from router.policy import PrefillPolicy
 from router.prompt import RequestValidator
 from router.request_state import RequestState
@@ -63,21 +63,31 @@ class RouterService(router_pb2_grpc.RouterServicer):
             REJECTED.labels("invalid").inc()
             await abort_invalid(context, exc)
         if self.inflight >= self.config.max_inflight:
-            REJECTED.labels("overloaded").inc()
+            REJECTED.labels("router_full").inc()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
         state = RequestState(request.request_id or uuid.uuid4().hex, len(ids), colocated=self.config.colocated)
         request_id_var.set(state.request_id)  # for this RPC's log lines
         self.inflight += 1
         INFLIGHT.inc()
+        outcome = "abort"  # unless it finishes, is refused or fails below: the caller went away
         try:
             async for chunk in self._serve(state, ids, request.sampling, context):
+                if chunk.finish_reason:
+                    outcome = ""
                 yield chunk
         except UpstreamError as exc:
+            if exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                REJECTED.labels("workers_full").inc()
+                outcome = ""
+            else:
+                outcome = "error"
             await context.abort(exc.code, str(exc))
         finally:
             self.inflight -= 1
             INFLIGHT.dec()
+            if outcome:
+                record_unfinished(self.config.model_name, outcome)
             if state.lease_id and self.kv is not None:  # e.g. cancelled between prefill and decode
                 asyncio.ensure_future(self.kv.release_quietly(state.lease_id))
 
@@ -124,5 +134,6 @@ class RouterService(router_pb2_grpc.RouterServicer):
         if step.finish_reason:
             chunk.usage.CopyFrom(state.usage())
             chunk.timings.CopyFrom(state.timings())
-            record_finished(step.finish_reason, chunk.usage, chunk.timings)
+            record_finished(self.config.model_name, step.finish_reason, chunk.usage, chunk.timings,
+                            *state.queue_before_first_token())
         return chunk
