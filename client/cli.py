@@ -146,7 +146,9 @@ def cmd_up(a: argparse.Namespace) -> int:
             from client.prometheus_config import write_scrape_config
 
             rules = [a.prometheus_rules] if a.prometheus_rules else None
-            print(f"prometheus scrape config: {write_scrape_config(stack, a.prometheus_config, rule_files=rules)}")
+            path = write_scrape_config(stack, a.prometheus_config, rule_files=rules,
+                                       scrape_interval_s=a.prometheus_scrape_interval_s)
+            print(f"prometheus scrape config: {path}")
         print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
         sys.stdout.flush()
         while not stop.is_set():
@@ -257,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --metrics: write a Prometheus scrape config for this stack to PATH")
     p.add_argument("--prometheus-rules", default=None, metavar="PATH",
                    help="alert rules file the scrape config loads (e.g. deploy/prometheus/alerts.yml)")
+    p.add_argument("--prometheus-scrape-interval-s", type=float, default=5.0, help="scrape interval it sets")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("generate", help="stream an answer for one prompt")

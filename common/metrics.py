@@ -56,6 +56,11 @@ class ClockPair:
         self.modeled = Histogram(f"{name}_modeled_seconds", f"{doc} (modeled clock)", labels,
                                  buckets=modeled_buckets)
 
+    def touch(self, *labels: str) -> None:
+        """Create the labelled series now (all zero), so the first rate() window already sees them."""
+        self.wall.labels(*labels)
+        self.modeled.labels(*labels)
+
     def observe(self, wall_s: float, modeled_s: float, *labels: str) -> None:
         (self.wall.labels(*labels) if labels else self.wall).observe(wall_s)
         (self.modeled.labels(*labels) if labels else self.modeled).observe(modeled_s)

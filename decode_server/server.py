@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from common.convert import token_step
 from common.metrics import RPC_BUCKETS
 from common.validation import abort_invalid, check_worker_request
-from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
+from common.worker import ITL, Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from engine.params import InvalidParameter
 from engine.runtime import DEFAULT_SLAB_TOKENS
@@ -45,6 +45,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         WAITING.set_function(lambda: len(s.waiting))
         KV_USAGE.set_function(lambda: s.budget.usage)
         worker.on_preempted = PREEMPTIONS.inc
+        ITL.touch(worker.served_name)
         for reason in ("stop", "length", "repetition", "abort", "error"):
             REQUESTS.labels(reason)
 

@@ -52,8 +52,10 @@ def init_labels(model_name: str, prefill_targets: list[str], decode_targets: lis
         ROUTED.labels("prefill", policy, t)
     for t in decode_targets:
         ROUTED.labels("decode", "least_kv_usage", t)
-    for counter in (PROMPT_TOKENS, GENERATION_TOKENS, CACHED_TOKENS):
-        counter.labels(model_name)
+    for metric in (PROMPT_TOKENS, GENERATION_TOKENS, CACHED_TOKENS, PROMPT_LEN, GEN_LEN):
+        metric.labels(model_name)
+    for pair in (TTFT, TPOT, E2E, QUEUE, PREFILL, DECODE):
+        pair.touch(model_name)
 
 
 def record_unfinished(model_name: str, reason: str) -> None:
