@@ -13,7 +13,7 @@ from protos import router_pb2, router_pb2_grpc
 from router.metrics import init_labels
 from router.policy import PREFILL_POLICIES, PrefillPolicy
 from router.service import RouterConfig, RouterService
-from router.workers import decode_pool, prefill_pool
+from router.workers import decode_pool, prefill_pool, split_target
 
 
 def build_parser() -> FlagParser:
@@ -31,11 +31,20 @@ def build_parser() -> FlagParser:
                         help="how long prefilled KV waits for decode")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
+    parser.add_argument("--discovery-interval-s", type=float, default=5.0,
+                        help="how often worker DNS names (e.g. a headless Service) are resolved again to find the "
+                             "replicas behind them (0: once at start); IP addresses are used as given")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag in ("prefill", "decode"):
+        try:
+            [split_target(t) for t in split_targets(getattr(args, flag))]
+        except ValueError as exc:
+            parser.error(f"--{flag}: {exc}")
     setup_logging(args.log_level)
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(
@@ -48,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     async def run() -> None:
         prefill = prefill_pool([] if args.colocated else split_targets(args.prefill))
         decode = decode_pool(split_targets(args.decode))
+        for pool in (prefill, decode):
+            await pool.refresh()
         kv = KVStoreClient(split_targets(args.kvstore)) if split_targets(args.kvstore) and not args.colocated else None
         init_labels(config.model_name, [w.target for w in prefill.workers], [w.target for w in decode.workers],
                     args.policy)
@@ -59,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
 
         period = args.load_poll_interval_s
         pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
+        if args.discovery_interval_s > 0:
+            pollers += [asyncio.create_task(p.discover_loop(args.discovery_interval_s)) for p in (prefill, decode)]
         try:
             await serve("router", args.port, register, args.metrics_port, args.host)
         finally:
