@@ -157,7 +157,7 @@ def modeled_kv_blocks(args) -> int:
         raise SystemExit(f"modeled deployment: {exc}") from None
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = worker_parser("decode_server", 50071, max_queue=512)
     parser.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV cache budget in blocks")
     parser.add_argument("--kv-budget", default="blocks", choices=("blocks", "modeled"),
@@ -166,7 +166,11 @@ def main(argv: list[str] | None = None) -> None:
                              "preempts where the real cluster would")
     parser.add_argument("--slab-tokens", type=int, default=DEFAULT_SLAB_TOKENS,
                         help="sequences up to this length share the batched-attention slab")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     kv_blocks = args.kv_blocks
     if args.kv_budget == "modeled":
         kv_blocks = modeled_kv_blocks(args)

@@ -162,9 +162,14 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                                    lease_ttl_s=ttl, model_fingerprint=self.fingerprint)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = worker_parser("prefill_server", 50061, max_queue=256)
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     worker = build_worker(args, Role.PREFILL)
     cache = LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20)))

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # System packages the deploy tests use: prometheus (prometheus, promtool), podman + runc (containers; Debian's podman
-# pulls in crun, which cannot set rlimits in nested containers), debootstrap (the base image without a registry).
+# pulls in crun, which cannot set rlimits in nested containers), the CNI dnsname plugin (compose service names resolve
+# between containers), debootstrap (the base image without a registry).
 # Idempotent: installs only what is missing, and only as root with apt-get; otherwise those tests skip (or fail
 # under CI=true) naming what is missing.
 set -euo pipefail
 want=""
-for pair in prometheus:prometheus promtool:prometheus podman:podman runc:runc debootstrap:debootstrap; do
+for pair in prometheus:prometheus promtool:prometheus podman:podman runc:runc debootstrap:debootstrap \
+    /usr/lib/cni/dnsname:golang-github-containernetworking-plugin-dnsname; do
   tool=${pair%%:*} package=${pair##*:}
-  if ! PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1; then
+  if [ "${tool#/}" != "$tool" ]; then
+    present=$([ -e "$tool" ] && echo yes || true)
+  else
+    present=$(PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 && echo yes || true)
+  fi
+  if [ -z "$present" ]; then
     case " $want " in *" $package "*) ;; *) want="$want $package" ;; esac
   fi
 done
