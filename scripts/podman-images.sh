@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Local stand-ins for the registry images deploy/ builds on, for machines with podman but no image registry.
-#   python:3.11-slim   (FROM of deploy/Dockerfile): Debian bookworm by debootstrap, with python3 (3.11) and venv
+#   python:3.11-slim   (FROM of deploy/Dockerfile): Debian bookworm by debootstrap: python3 (3.11), venv, useradd
 #   prom/prometheus    (deploy/docker-compose.yml): that base plus this machine's prometheus binary
 # Each is tagged with the exact name the Dockerfile / compose file uses, so both stay what a Docker user runs.
 # Idempotent: an image that exists is kept; the debootstrap root file system is cached as a tarball.
@@ -13,18 +13,18 @@ export PATH="$PATH:/usr/sbin:/sbin"
 mkdir -p "$CACHE"
 
 if ! podman image exists "$BASE_IMAGE"; then
-  tarball="$CACHE/bookworm-python3.tar"
+  tarball="$CACHE/bookworm-python3-passwd.tar"
   if [ ! -s "$tarball" ]; then
     rootfs=$(mktemp -d)
     trap 'rm -rf "$rootfs"' EXIT
-    echo "debootstrap: bookworm with python3 (about a minute)" >&2
-    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$MIRROR" >/dev/null
+    echo "debootstrap: bookworm with python3 (a minute or more)" >&2
+    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd bookworm "$rootfs" "$MIRROR" >/dev/null
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     tar -C "$rootfs" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
     rm -rf "$rootfs"
     trap - EXIT
   fi
-  podman import --change 'CMD ["python3"]' --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
+  podman import --change 'CMD ["python3"]' --change 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \
     "$tarball" "$BASE_IMAGE" >/dev/null
 fi
 

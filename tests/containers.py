@@ -61,7 +61,8 @@ def build_image(env: dict[str, str]) -> None:
     """Stand-in base images (debootstrap), then deploy/Dockerfile exactly as a Docker user builds it."""
     run(["bash", "scripts/podman-images.sh"], env)
     mounts = [arg for path in BUILD_MOUNTS if Path(path).exists() for arg in ("-v", f"{path}:{path}:ro")]
-    run(["podman", "build", "--pull=never", *mounts, "-f", "deploy/Dockerfile", "-t", IMAGE, "."], env)
+    # docker format: OCI images cannot carry HEALTHCHECK
+    run(["podman", "build", "--pull=never", "--format", "docker", *mounts, "-f", "deploy/Dockerfile", "-t", IMAGE, "."], env)
 
 
 def compose_command() -> list[str]:

@@ -40,6 +40,16 @@ def router_ready(target: str) -> bool:
         return False
 
 
+def answers(router: str) -> bool:
+    try:
+        with PdserveClient(router) as client:
+            return bool(client.complete(messages=[{"role": "user", "content": "Hi"}], max_tokens=2).finish_reason)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            return False
+        raise
+
+
 def test_image_runs_as_non_root_with_the_model_baked_in_and_a_grpc_health_check(image_env):
     inspect = run(["podman", "image", "inspect", IMAGE, "--format",
                    "{{.Config.User}}|{{json .Config.Healthcheck}}|{{json .Config.Entrypoint}}"], image_env).stdout
@@ -61,6 +71,7 @@ def test_compose_stack_serves_and_is_scraped(image_env):
     try:
         run(compose + ["up", "-d", "--no-build", *SERVICES], env, timeout=600)
         wait_until(lambda: router_ready(router), 300, "the router answers on its published port")
+        wait_until(lambda: answers(router), 300, "a request through the router (workers loading the model)")
         with PdserveClient(router) as client:
             replies = [client.complete(messages=[{"role": "user", "content": f"Count to {n}"}], max_tokens=8,
                                        temperature=0) for n in range(2, 8)]
@@ -81,7 +92,8 @@ def test_compose_stack_serves_and_is_scraped(image_env):
         assert router_container
         assert run(["podman", "healthcheck", "run", router_container[0]], env, check=False).returncode == 0
     except BaseException:
-        print(run(compose + ["logs"], env, check=False).stdout[-6000:])
+        for service in SERVICES:
+            print(run(compose + ["logs", "--tail", "30", service], env, check=False).stdout[-3000:])
         raise
     finally:
         run(compose + ["down", "-v", "-t", "10"], env, check=False, timeout=300)
