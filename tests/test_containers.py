@@ -5,8 +5,6 @@ and that Prometheus scrapes every target, then tear everything down."""
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 
 import grpc
 import pytest
@@ -86,6 +84,12 @@ def test_compose_stack_serves_and_is_scraped(image_env):
         decisions = query(prometheus, "pdserve_router_routing_decisions_total")
         workers = {(r["metric"]["phase"], r["metric"]["worker"]) for r in decisions}
         assert len({w for p, w in workers if p == "prefill"}) == 2 and len({w for p, w in workers if p == "decode"}) == 2
+        # scaled up: the router re-resolves "decode" and Prometheus's DNS discovery finds the third replica
+        run(compose + ["up", "-d", "--no-build", "--scale", "decode=3", "decode"], env, timeout=300)
+        wait_until(lambda: len(query(prometheus, 'up{job="pdserve-decode"} == 1')) == 3, 180,
+                   "3 decode targets up after scaling")
+        wait_until(lambda: run(compose + ["logs", "router"], env, check=False).stdout.count(":50071 joined") == 3,
+                   60, "the router saw the third decode replica join")
         # the image's gRPC health check passes inside a running container
         router_container = run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project={project}",
                                 "--filter", "label=com.docker.compose.service=router"], env).stdout.split()
@@ -97,7 +101,11 @@ def test_compose_stack_serves_and_is_scraped(image_env):
         raise
     finally:
         run(compose + ["down", "-v", "-t", "10"], env, check=False, timeout=300)
-        left = run(["podman", "ps", "-aq", "--filter", f"label=io.podman.compose.project={project}"], env).stdout
+        # compose down knows the file's replica count, not a --scale beyond it: remove the rest by label
+        label = f"label=io.podman.compose.project={project}"
+        extra = run(["podman", "ps", "-aq", "--filter", label], env).stdout.split()
+        if extra:
+            run(["podman", "rm", "-f", "-t", "10", *extra], env, check=False)
+        run(["podman", "network", "rm", "-f", f"{project}_default"], env, check=False)
+        left = run(["podman", "ps", "-aq", "--filter", label], env).stdout
         assert not left.strip(), f"containers left behind: {left}"
-        time.sleep(0)
-        subprocess.run(["podman", "network", "rm", "-f", f"{project}_default"], env=env, capture_output=True)
