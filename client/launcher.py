@@ -39,7 +39,10 @@ def metrics_port_for(base: int, module: str, index: int) -> int:
     offset, room = METRICS_OFFSETS[module]
     if index >= room:
         raise ValueError(f"metrics_base_port: fixed metrics ports fit {room} {module} processes, got {index + 1}")
-    return base + offset + index
+    port = base + offset + index
+    if not 0 < port < 65536:
+        raise ValueError(f"metrics_base_port: {base} puts the {module} metrics port at {port}, outside 1..65535")
+    return port
 
 
 @dataclass

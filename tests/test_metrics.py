@@ -39,6 +39,8 @@ def test_fixed_metrics_ports_are_base_plus_offset():
     assert "metrics http://127.0.0.1:31021/metrics" in stack.describe()
     with pytest.raises(ValueError, match="metrics_base_port"):
         metrics_port_for(31000, "kvstore", 10)
+    with pytest.raises(ValueError, match="outside 1..65535"):
+        metrics_port_for(65500, "decode_server", 0)
 
 
 def test_scrape_config_passes_promtool(tmp_path):

@@ -34,9 +34,10 @@ def clocks(title: str, metric: str, by: str = "") -> list[dict]:
 
 def panel(title: str, targets: list[tuple[str, str]], unit: str = "short", width: int = 12,
           kind: str = "timeseries") -> dict:
+    table = {"format": "table", "instant": True} if kind == "table" else {}  # a table shows the latest values
     return {"type": kind, "title": title, "datasource": DATASOURCE, "gridPos": {"w": width, "h": 8},
             "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-            "targets": [{"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": chr(65 + i)}
+            "targets": [{"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": chr(65 + i), **table}
                         for i, (expr, legend) in enumerate(targets)]}
 
 
