@@ -18,6 +18,7 @@ from engine.params import InvalidParameter
 from engine.runtime import DEFAULT_SLAB_TOKENS
 from engine.scheduler import Role
 from engine.sequence import Sequence
+from engine.stop import FinishReason
 from kvstore.client import KVIntegrityError, KVStoreClient
 from perfmodel.deployment import deployment_from_args, kv_capacity_tokens
 from protos import decode_pb2, decode_pb2_grpc
@@ -46,8 +47,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         KV_USAGE.set_function(lambda: s.budget.usage)
         worker.on_preempted = PREEMPTIONS.inc
         ITL.touch(worker.served_name)
-        for reason in ("stop", "length", "repetition", "abort", "error"):
-            REQUESTS.labels(reason)
+        for reason in FinishReason:
+            REQUESTS.labels(reason.value)
 
     async def GetLoad(self, request, context):
         return self.worker.load()

@@ -12,10 +12,11 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from common.metrics import TOKEN_COUNT_BUCKETS, ClockPair, MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS
+from engine.stop import FinishReason
 from protos import common_pb2
 
 M = ("model_name",)
-FINISH_REASONS = ("stop", "length", "repetition", "abort", "error")
+FINISH_REASONS = tuple(r.value for r in FinishReason)  # stop, length, repetition, abort, error
 REJECT_REASONS = ("invalid", "router_full", "workers_full")
 
 REQUESTS = Counter("pdserve_request_success_total", "Requests finished, by finish reason (abort and error included)",
