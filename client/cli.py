@@ -15,6 +15,7 @@ from common.clock import KV_LINKS, PACE_MODES
 from perfmodel.deployment import KV_PRECISIONS
 from engine.kv_budget import DEFAULT_KV_BLOCKS
 from engine.params import SamplingParams
+from client.launcher import DEFAULT_METRICS_BASE_PORT
 from kvstore.store import DEFAULT_CAPACITY_MB
 from router.policy import PREFILL_POLICIES
 
@@ -123,6 +124,7 @@ def stack_spec_from_args(a: argparse.Namespace):
 
     return StackSpec(model=a.model, n_prefill=a.prefill, n_decode=a.decode, n_kvstore=a.kvstore_shards,
                      colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
+                     metrics_base_port=getattr(a, "metrics_base_port", 0),
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
                      perf_flags=["--perf-hardware", a.perf_hardware] if a.perf_hardware else [],
                      http_port=getattr(a, "http_port", None))
@@ -135,10 +137,19 @@ def cmd_up(a: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if a.prometheus_config and not a.metrics:
+        raise ValueError("prometheus_config: needs --metrics (the scrape config lists the metrics ports)")
     stack.start()
     try:
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())
+        if a.prometheus_config:
+            from client.prometheus_config import write_scrape_config
+
+            rules = [a.prometheus_rules] if a.prometheus_rules else None
+            path = write_scrape_config(stack, a.prometheus_config, rule_files=rules,
+                                       scrape_interval_s=a.prometheus_scrape_interval_s)
+            print(f"prometheus scrape config: {path}")
         print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
         if stack.edge is not None:
             print(f"OpenAI-compatible API: {stack.http_url}/v1 (e.g. curl {stack.http_url}/v1/models)")
@@ -247,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="show the services' logs")
     p.add_argument("--http-port", type=int, default=None,
                    help="also start the OpenAI-compatible HTTP edge on this port (0: any free port)")
+    p.add_argument("--metrics-base-port", type=int, default=DEFAULT_METRICS_BASE_PORT,
+                   help="with --metrics: router at base, kvstores at base+10.., prefill base+20.., decode base+50..")
+    p.add_argument("--prometheus-config", default=None, metavar="PATH",
+                   help="with --metrics: write a Prometheus scrape config for this stack to PATH")
+    p.add_argument("--prometheus-rules", default=None, metavar="PATH",
+                   help="alert rules file the scrape config loads (e.g. deploy/prometheus/alerts.yml)")
+    p.add_argument("--prometheus-scrape-interval-s", type=float, default=5.0, help="scrape interval it sets")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("generate", help="stream an answer for one prompt")

@@ -30,6 +30,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# Fixed metrics ports: base + offset + index. (first offset, how many processes of that kind fit)
+METRICS_OFFSETS = {"router": (0, 1), "kvstore": (10, 10), "prefill_server": (20, 30), "decode_server": (50, 50)}
+DEFAULT_METRICS_BASE_PORT = 9400
+
+
+def metrics_port_for(base: int, module: str, index: int) -> int:
+    """The fixed metrics port of the index-th process of a kind; ValueError if the kind has no room for it."""
+    offset, room = METRICS_OFFSETS[module]
+    if index >= room:
+        raise ValueError(f"metrics_base_port: fixed metrics ports fit {room} {module} processes, got {index + 1}")
+    port = base + offset + index
+    if not 0 < port < 65536:
+        raise ValueError(f"metrics_base_port: {base} puts the {module} metrics port at {port}, outside 1..65535")
+    return port
+
+
 @dataclass
 class StackSpec:
     model: str | None = None
@@ -43,6 +59,7 @@ class StackSpec:
     kv_capacity_mb: float = DEFAULT_CAPACITY_MB
     kv_blocks: int = DEFAULT_KV_BLOCKS
     metrics: bool = False
+    metrics_base_port: int = 0  # with metrics: fixed ports from here (METRICS_OFFSETS); 0: free ports
     fault_injection: bool = False
     extra: dict[str, list[str]] = field(default_factory=dict)  # service -> extra flags
     pace: str = "off"  # modeled clock for prefill and decode workers: off | realtime
@@ -78,7 +95,11 @@ class Stack:
     # --- planning ---------------------------------------------------------------------------------------------------
     def _proc(self, name: str, module: str, args: list[str], port: int = 0) -> Process:
         port = port or free_port(self.spec.host)
-        metrics_port = free_port(self.spec.host) if self.spec.metrics else 0
+        metrics_port = 0
+        if self.spec.metrics:
+            index = sum(p.module == module for p in self.processes)
+            base = self.spec.metrics_base_port
+            metrics_port = metrics_port_for(base, module, index) if base else free_port(self.spec.host)
         p = Process(name, module, port, args + ["--port", str(port), "--host", self.spec.host,
                                                "--metrics-port", str(metrics_port)], metrics_port)
         self.processes.append(p)

@@ -14,16 +14,17 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 
-from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS
+from common.metrics import MODELED_STEP_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_STEP_BUCKETS
 from perfmodel.deployment import KV_PRECISIONS, check_deployment, deployment_from_args
 from perfmodel.timing import TimingModel
 
 PACE_MODES = ("off", "realtime")
 KV_LINKS = ("nvlink", "rdma", "pcie")  # the hand-off paths TimingModel.kv_transfer_time prices
 
-STEP_WALL = Histogram("pdserve_step_wall_seconds", "Wall time of one model step", ["phase"], buckets=STEP_BUCKETS)
+STEP_WALL = Histogram("pdserve_step_wall_seconds", "Wall time of one model step", ["phase"],
+                      buckets=WALL_STEP_BUCKETS)
 STEP_MODELED = Histogram("pdserve_step_modeled_seconds", "Modeled time of one model step", ["phase"],
-                         buckets=STEP_BUCKETS)
+                         buckets=MODELED_STEP_BUCKETS)
 STEP_TOKENS = Histogram("pdserve_step_batch_tokens", "Tokens processed in one step", ["phase"],
                         buckets=TOKEN_COUNT_BUCKETS)
 LAGGED_STEPS = Counter("pdserve_pacing_lagged_steps_total", "Steps whose real compute exceeded the paced budget",
@@ -48,6 +49,9 @@ class StepClock:
         self.pace = pace
         self.time_scale = time_scale
         self.busy_modeled_s = 0.0  # modeled seconds of all steps so far (a worker-local modeled clock)
+        for phase in ("prefill", "decode"):  # present from the start, so a lag alert has a series to watch
+            LAGGED_STEPS.labels(phase)
+            LAG_SECONDS.labels(phase)
 
     async def finish_step(self, phase: str, started_at: float, modeled_s: float, tokens: int) -> StepTiming:
         """Record a step that began at ``started_at`` (perf_counter) and, when pacing, wait out its budget."""

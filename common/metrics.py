@@ -13,17 +13,29 @@ import inspect
 import time
 
 import grpc
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, Info
 
-# Bucket edges in the spirit of vLLM's: TTFT and per-token latencies span ms to minutes.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)
-TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
-                0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.01, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-               240.0, 480.0, 960.0, 1920.0, 7680.0)
-STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24)
+# Bucket edges. Two clocks, two ranges: the modeled (GPU) clock must tell a 10.9 ms decode step from an 18.4 ms one
+# and place a ~100 ms request within 10%; the wall (CPU) clock of a numpy model runs 10-100x slower. Per-RPC latency
+# starts at 100 us (kvstore RPCs are sub-millisecond on loopback).
+MODELED_STEP_BUCKETS = (0.001, 0.002, 0.004, 0.006, 0.008, 0.009, 0.01, 0.011, 0.012, 0.013, 0.014, 0.016, 0.018,
+                        0.02, 0.022, 0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.06, 0.07, 0.08, 0.1, 0.125, 0.15, 0.2,
+                        0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+MODELED_REQUEST_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1,
+                           0.11, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5,
+                           2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
+WALL_STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5,
+                     2.0, 3.0, 5.0, 10.0, 20.0)
+WALL_REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
+                        20.0, 30.0, 45.0, 60.0, 120.0, 300.0, 600.0)
+RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+               10.0, 30.0, 60.0, 120.0, 300.0)
 TOKEN_COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+PROCESS_INFO = Info("pdserve_deployment", "What this process serves and models: its service, the real model's name and "
+                    "fingerprint, and the modeled deployment (perf model, hardware, GPUs, TP/EP, software profile)")
+INFO_LABELS = ("service", "model_name", "model_fingerprint", "perf_model", "perf_hardware", "perf_gpus", "perf_tp",
+               "perf_ep", "perf_software", "perf_dp_attention", "perf_kv_precision", "pace", "time_scale")
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 
@@ -32,7 +44,42 @@ RPC_STARTED = Counter("grpc_server_started_total", "RPCs started on the server",
 RPC_HANDLED = Counter("grpc_server_handled_total", "RPCs completed on the server, by status code",
                       ["grpc_type", "grpc_service", "grpc_method", "grpc_code"])
 RPC_SECONDS = Histogram("grpc_server_handling_seconds", "Time from RPC start to its end",
-                        ["grpc_type", "grpc_service", "grpc_method"], buckets=E2E_BUCKETS)
+                        ["grpc_type", "grpc_service", "grpc_method"], buckets=RPC_BUCKETS)
+
+
+class ClockPair:
+    """One quantity in both clocks: ``<name>_seconds`` (wall) and ``<name>_modeled_seconds``, same labels."""
+
+    def __init__(self, name: str, doc: str, labels: tuple[str, ...] = (), wall_buckets=WALL_REQUEST_BUCKETS,
+                 modeled_buckets=MODELED_REQUEST_BUCKETS) -> None:
+        self.wall = Histogram(f"{name}_seconds", f"{doc} (wall clock)", labels, buckets=wall_buckets)
+        self.modeled = Histogram(f"{name}_modeled_seconds", f"{doc} (modeled clock)", labels,
+                                 buckets=modeled_buckets)
+
+    def touch(self, *labels: str) -> None:
+        """Create the labelled series now (all zero), so the first rate() window already sees them."""
+        self.wall.labels(*labels)
+        self.modeled.labels(*labels)
+
+    def observe(self, wall_s: float, modeled_s: float, *labels: str) -> None:
+        (self.wall.labels(*labels) if labels else self.wall).observe(wall_s)
+        (self.modeled.labels(*labels) if labels else self.modeled).observe(modeled_s)
+
+
+def set_process_info(service: str, args=None, model_name: str = "", fingerprint: str = "") -> None:
+    """Publish ``pdserve_deployment_info``: one series per process, every label always present (empty if n/a).
+
+    ``args`` are a worker's parsed flags (its modeled deployment and pacing); the router and kvstore pass none.
+    """
+    labels = dict.fromkeys(INFO_LABELS, "")
+    labels.update(service=service, model_name=model_name, model_fingerprint=fingerprint)
+    if args is not None and hasattr(args, "perf_model"):
+        labels.update(perf_model=args.perf_model, perf_hardware=args.perf_hardware, perf_gpus=str(args.perf_gpus),
+                      perf_tp=str(args.perf_tp), perf_ep=str(args.perf_ep), perf_software=args.perf_software,
+                      perf_dp_attention=str(bool(args.perf_dp_attention)).lower(),
+                      perf_kv_precision=args.perf_kv_precision or "model", pace=args.pace,
+                      time_scale=f"{args.time_scale:g}")
+    PROCESS_INFO.info(labels)
 
 
 def _rpc_type(handler: grpc.RpcMethodHandler) -> str:

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 import grpc
 
 from common.clock import StepClock, add_perf_flags, clock_from_args
+from common.metrics import MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS, ClockPair, set_process_info
 from common.config import FlagParser, add_model_flags, service_parser, split_targets
 from common.server import serve, setup_logging
-from engine.runtime import Runtime
+from engine.runtime import Runtime, default_served_name
 from engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
 from engine.sequence import Sequence
 from engine.stop import FinishReason, StepResult
@@ -33,6 +34,10 @@ from protos import common_pb2
 log = logging.getLogger("pdserve.worker")
 
 TokenEvent = tuple[list[int], StepResult]
+# vLLM's inter-token latency: one observation per token after a sequence's first on this worker, in both clocks. The
+# modeled gap is the worker's modeled busy time between the two tokens (interleaved prefills and recomputation included).
+ITL = ClockPair("pdserve_inter_token_latency", "Time between consecutive output tokens of a sequence", ("model_name",),
+                WALL_STEP_BUCKETS, MODELED_STEP_BUCKETS)
 SCHEDULER_DEFAULTS = SchedulerConfig()
 
 
@@ -53,6 +58,8 @@ class Job:
     compute_wall_s: float = 0.0  # wall time of the prefill steps it was part of
     prefill_modeled_s: float = 0.0  # modeled time of the prompt steps it was part of
     decode_modeled_s: float = 0.0  # modeled time of the decode steps (and recomputation) it was part of
+    last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
+    last_token_modeled_s: float = 0.0
 
     @property
     def queue_wall_s(self) -> float:
@@ -60,7 +67,8 @@ class Job:
 
 
 class Worker:
-    def __init__(self, runtime: Runtime, scheduler: Scheduler, clock: StepClock, max_queue: int) -> None:
+    def __init__(self, runtime: Runtime, scheduler: Scheduler, clock: StepClock, max_queue: int,
+                 served_name: str = "") -> None:
         self.runtime = runtime
         self.scheduler = scheduler
         self.clock = clock
@@ -71,6 +79,9 @@ class Worker:
         self._stepping = False
         self._cancel_after_step: list[Sequence] = []
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="model-step")
+        self.served_name = served_name or runtime.model_name  # the model_name label, as the router names it
+        self.on_preempted: Callable[[int], object] | None = None  # called with the number preempted by a step
+        self._preemptions_seen = 0
 
     # --- what the service calls -------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -138,6 +149,10 @@ class Worker:
             self._stepping = False
         for seq, result in self.scheduler.postprocess(step, output):
             self._deliver(seq, result)
+        preempted = self.scheduler.num_preemptions - self._preemptions_seen
+        if preempted and self.on_preempted is not None:
+            self.on_preempted(preempted)
+        self._preemptions_seen = self.scheduler.num_preemptions
         for seq in self._cancel_after_step:
             self.scheduler.abort(seq)
         self._cancel_after_step.clear()
@@ -207,6 +222,10 @@ class Worker:
         if job is None:
             return  # cancelled while the step ran
         job.events.put_nowait(([seq.output_ids[-1]], result))
+        now, now_modeled = time.perf_counter(), self.clock.busy_modeled_s
+        if job.last_token_at is not None:
+            ITL.observe(now - job.last_token_at, now_modeled - job.last_token_modeled_s, self.served_name)
+        job.last_token_at, job.last_token_modeled_s = now, now_modeled
         if result.finished or self.scheduler.config.role is Role.PREFILL:
             del self._jobs[id(seq)]
 
@@ -236,7 +255,7 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
     extra = {"slab_seqs": args.max_num_seqs} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
     runtime = Runtime.load(args.model, args.block_tokens, **extra)
     config = SchedulerConfig(role, args.max_num_seqs, args.max_num_batched_tokens, kv_blocks, args.block_tokens)
-    return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue)
+    return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue, default_served_name(args.model))
 
 
 async def run_worker(name: str, args, worker: Worker,
@@ -244,6 +263,8 @@ async def run_worker(name: str, args, worker: Worker,
     """Serve a worker until SIGTERM: its loop runs beside the gRPC server; the kvstore client closes at the end."""
     targets = split_targets(args.kvstore)
     kv = KVStoreClient(targets) if targets else None
+    config = worker.runtime.config
+    set_process_info(name, args, worker.served_name, config.fingerprint)
     loop_task = asyncio.create_task(worker.run(), name=f"{name}-steps")
     try:
         await serve(name, args.port, lambda server: register(server, kv), args.metrics_port, args.host)

@@ -10,14 +10,15 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from common.convert import token_step
-from common.metrics import STEP_BUCKETS
+from common.metrics import RPC_BUCKETS
 from common.validation import abort_invalid, check_worker_request
-from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
+from common.worker import ITL, Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from engine.params import InvalidParameter
 from engine.runtime import DEFAULT_SLAB_TOKENS
 from engine.scheduler import Role
 from engine.sequence import Sequence
+from engine.stop import FinishReason
 from kvstore.client import KVIntegrityError, KVStoreClient
 from perfmodel.deployment import deployment_from_args, kv_capacity_tokens
 from protos import decode_pb2, decode_pb2_grpc
@@ -27,11 +28,11 @@ log = logging.getLogger("pdserve.decode")
 REQUESTS = Counter("pdserve_decode_requests_total", "Decode requests finished", ["finished_reason"])
 GENERATED = Counter("pdserve_decode_generation_tokens_total", "Tokens streamed by decode")
 KV_FETCH = Histogram("pdserve_decode_kv_fetch_seconds", "Wall time fetching a request's KV blocks",
-                     buckets=STEP_BUCKETS)
+                     buckets=RPC_BUCKETS)
 RUNNING = Gauge("pdserve_decode_num_requests_running", "Sequences in the running batch")
 WAITING = Gauge("pdserve_decode_num_requests_waiting", "Sequences waiting for admission")
 KV_USAGE = Gauge("pdserve_decode_kv_cache_usage_perc", "Fraction of the KV block budget in use")
-PREEMPTIONS = Gauge("pdserve_decode_num_preemptions", "Sequences preempted (KV dropped, recomputed later) so far")
+PREEMPTIONS = Counter("pdserve_decode_num_preemptions", "Sequences preempted (KV dropped, recomputed later)")
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
@@ -44,7 +45,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         RUNNING.set_function(lambda: len(s.running))
         WAITING.set_function(lambda: len(s.waiting))
         KV_USAGE.set_function(lambda: s.budget.usage)
-        PREEMPTIONS.set_function(lambda: s.num_preemptions)
+        worker.on_preempted = PREEMPTIONS.inc
+        ITL.touch(worker.served_name)
+        for reason in FinishReason:
+            REQUESTS.labels(reason.value)
 
     async def GetLoad(self, request, context):
         return self.worker.load()
@@ -154,7 +158,7 @@ def modeled_kv_blocks(args) -> int:
         raise SystemExit(f"modeled deployment: {exc}") from None
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = worker_parser("decode_server", 50071, max_queue=512)
     parser.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV cache budget in blocks")
     parser.add_argument("--kv-budget", default="blocks", choices=("blocks", "modeled"),
@@ -163,7 +167,11 @@ def main(argv: list[str] | None = None) -> None:
                              "preempts where the real cluster would")
     parser.add_argument("--slab-tokens", type=int, default=DEFAULT_SLAB_TOKENS,
                         help="sequences up to this length share the batched-attention slab")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     kv_blocks = args.kv_blocks
     if args.kv_budget == "modeled":
         kv_blocks = modeled_kv_blocks(args)

@@ -35,7 +35,14 @@ def model_metadata(model: str | Path | None = None) -> tuple[GGUFTokenizer, Mode
         return tokenizer, synthetic.config, SYNTHETIC_NAME
     path = resolve_model_path(model)
     reader, config = read_metadata(path)
-    return GGUFTokenizer(reader), config, path.name.removesuffix(".gguf")
+    return GGUFTokenizer(reader), config, default_served_name(model)
+
+
+def default_served_name(model: str | Path | None = None) -> str:
+    """The model id clients send unless the router says otherwise: the GGUF file name without .gguf."""
+    if str(model) == SYNTHETIC_NAME:
+        return SYNTHETIC_NAME
+    return resolve_model_path(model).name.removesuffix(".gguf")
 
 
 class Runtime:

@@ -6,7 +6,9 @@ import asyncio
 import logging
 
 import grpc
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
+
+from common.metrics import RPC_BUCKETS, set_process_info
 
 from common.server import serve, setup_logging
 from common.config import FlagParser, service_parser
@@ -20,10 +22,17 @@ MAX_KEY_CHARS = 256
 MAX_BLOCK_BYTES = 512 << 20
 MAX_KEYS_PER_CALL = 65536
 
-BYTES_USED = Gauge("pdserve_kvstore_bytes_used_bytes", "Bytes of KV blocks held")
+OPS = ("put", "get", "lookup", "acquire", "renew", "release")
+BYTES_USED = Gauge("pdserve_kvstore_used_bytes", "Bytes of KV blocks held")
 CAPACITY = Gauge("pdserve_kvstore_capacity_bytes", "Byte budget of this kvstore")
 BLOCKS = Gauge("pdserve_kvstore_blocks", "Blocks held")
 LEASED = Gauge("pdserve_kvstore_leased_blocks", "Blocks held by at least one lease")
+LEASES = Gauge("pdserve_kvstore_leases", "Live leases (one per request whose KV waits for decode)")
+HITS = Counter("pdserve_kvstore_hits_total", "Blocks asked for and found (lookup/acquire: the present prefix)", ["op"])
+MISSES = Counter("pdserve_kvstore_misses_total", "Blocks asked for and not found (lookup/acquire: past the prefix)",
+                 ["op"])
+OP_SECONDS = Histogram("pdserve_kvstore_operation_seconds", "Time of one kvstore operation, streaming included",
+                       ["op"], buckets=RPC_BUCKETS)
 EVICTIONS = Counter("pdserve_kvstore_evictions_total", "Blocks evicted (least recently used, unleased)")
 CHECKSUM_FAILURES = Counter("pdserve_kvstore_checksum_failures_total", "Blocks whose bytes failed their checksum")
 PUT_BYTES = Counter("pdserve_kvstore_put_bytes_total", "Bytes received in Put")
@@ -36,6 +45,11 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         self.enable_fault_injection = enable_fault_injection
         self._evictions_counted = 0
         CAPACITY.set(store.capacity_bytes)
+        for op in OPS:
+            OP_SECONDS.labels(op)
+        for op in ("get", "lookup", "acquire"):
+            HITS.labels(op)
+            MISSES.labels(op)
 
     def _update_gauges(self) -> None:
         EVICTIONS.inc(self.store.evictions - self._evictions_counted)
@@ -43,6 +57,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         BYTES_USED.set(self.store.bytes_used)
         BLOCKS.set(len(self.store.blocks))
         LEASED.set(self.store.leased_blocks)
+        LEASES.set(len(self.store.leases))
 
     @staticmethod
     async def _check_keys(keys, context) -> list[str]:
@@ -62,7 +77,16 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                                 f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
         return ttl
 
+    @staticmethod
+    def _count_lookup(op: str, asked: int, found: int) -> None:
+        HITS.labels(op).inc(found)
+        MISSES.labels(op).inc(asked - found)
+
     async def Put(self, request_iterator, context):
+        with OP_SECONDS.labels("put").time():
+            return await self._put(request_iterator, context)
+
+    async def _put(self, request_iterator, context):
         stored = duplicates = 0
         lease_id, ttl = "", 0.0
         header, parts, received = None, [], 0
@@ -115,12 +139,19 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         return kvstore_pb2.PutReply(stored=stored, duplicates=duplicates)
 
     async def Get(self, request, context):
+        with OP_SECONDS.labels("get").time():
+            async for message in self._get(request, context):
+                yield message
+
+    async def _get(self, request, context):
         keys = await self._check_keys(request.keys, context)
         blocks = []
         for key in keys:  # resolve (and verify) every block before streaming any
             try:
                 blocks.append(self.store.get(key))
+                HITS.labels("get").inc()
             except UnknownBlock:
+                MISSES.labels("get").inc()
                 await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} is not stored")
             except ChecksumMismatch as exc:
                 CHECKSUM_FAILURES.inc()
@@ -134,24 +165,31 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
             GET_BYTES.inc(len(block.data))
 
     async def Lookup(self, request, context):
-        keys = await self._check_keys(request.keys, context)
-        return kvstore_pb2.LookupReply(present_prefix=self.store.present_prefix(keys))
+        with OP_SECONDS.labels("lookup").time():
+            keys = await self._check_keys(request.keys, context)
+            n = self.store.present_prefix(keys)
+            self._count_lookup("lookup", len(keys), n)
+            return kvstore_pb2.LookupReply(present_prefix=n)
 
     async def Acquire(self, request, context):
         keys = await self._check_keys(request.keys, context)
         if not request.lease_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
         ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        n = self.store.acquire(keys, request.lease_id, ttl)
+        with OP_SECONDS.labels("acquire").time():
+            n = self.store.acquire(keys, request.lease_id, ttl)
+        self._count_lookup("acquire", len(keys), n)
         self._update_gauges()
         return kvstore_pb2.LookupReply(present_prefix=n)
 
     async def Renew(self, request, context):
         ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        return kvstore_pb2.LeaseReply(blocks=self.store.renew(request.lease_id, ttl))
+        with OP_SECONDS.labels("renew").time():
+            return kvstore_pb2.LeaseReply(blocks=self.store.renew(request.lease_id, ttl))
 
     async def Release(self, request, context):
-        n = self.store.release(request.lease_id)
+        with OP_SECONDS.labels("release").time():
+            n = self.store.release(request.lease_id)
         self._update_gauges()
         return kvstore_pb2.LeaseReply(blocks=n)
 
@@ -192,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
     service = KVStoreService(BlockStore(int(args.capacity_mb * (1 << 20))), args.enable_fault_injection)
+    set_process_info("kvstore")
 
     def register(server):
         kvstore_pb2_grpc.add_KVStoreServicer_to_server(service, server)

@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, ge
 from starlette.exceptions import HTTPException
 
 from client.client import AsyncPdserveClient
-from common.metrics import E2E_BUCKETS
+from common.metrics import WALL_REQUEST_BUCKETS
 from openai_server.errors import ApiError, error_response, from_grpc
 from openai_server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, SamplingFields,
                                     TokenizeRequest, chat_messages, parse)
@@ -35,7 +35,7 @@ ROUTES = ("/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", 
 HTTP_REQUESTS = Counter("pdserve_http_requests_total", "HTTP requests answered, by route and status",
                         ["route", "status"])
 HTTP_SECONDS = Histogram("pdserve_http_request_seconds", "Wall time of an HTTP request, streaming included",
-                         ["route"], buckets=E2E_BUCKETS)
+                         ["route"], buckets=WALL_REQUEST_BUCKETS)
 HTTP_INFLIGHT = Gauge("pdserve_http_requests_inflight", "HTTP requests being answered")
 DISCONNECTS = Counter("pdserve_http_client_disconnects_total", "Requests whose client went away before the end")
 

@@ -11,7 +11,7 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from common.convert import token_step
-from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS, TTFT_BUCKETS
+from common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
 from common.validation import abort_invalid, check_worker_request
 from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_cache import block_keys, tail_block_key
@@ -27,11 +27,13 @@ log = logging.getLogger("pdserve.prefill")
 
 REQUESTS = Counter("pdserve_prefill_requests_total", "Prefill requests finished", ["outcome"])
 PROMPT_TOKENS = Counter("pdserve_prefill_prompt_tokens_total", "Prompt tokens received")
-CACHED_TOKENS = Counter("pdserve_prefill_cached_tokens_total", "Prompt tokens whose KV was reused")
+# vLLM's prefix-cache pair, in tokens: hit rate = rate(hits) / rate(queries)
+CACHE_QUERIES = Counter("pdserve_prefill_prefix_cache_queries_total", "Prompt tokens looked up in the prefix caches")
+CACHE_HITS = Counter("pdserve_prefill_prefix_cache_hits_total", "Prompt tokens whose KV was reused (local or kvstore)")
 QUEUE_SECONDS = Histogram("pdserve_prefill_queue_seconds", "Wall time from arrival to the first prefill step",
-                          buckets=TTFT_BUCKETS)
+                          buckets=WALL_REQUEST_BUCKETS)
 KV_SECONDS = Histogram("pdserve_prefill_kv_io_seconds", "Wall time fetching and storing KV blocks per request",
-                       buckets=STEP_BUCKETS)
+                       buckets=RPC_BUCKETS)
 PROMPT_LEN = Histogram("pdserve_prefill_request_prompt_tokens", "Prompt length per request", buckets=TOKEN_COUNT_BUCKETS)
 WAITING = Gauge("pdserve_prefill_num_requests_waiting", "Prompts waiting for (or in) prefill")
 WAITING_TOKENS = Gauge("pdserve_prefill_num_tokens_waiting", "Prompt tokens still to compute")
@@ -44,6 +46,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         self.kv = kv
         self.cache = local_cache
         self.fingerprint = self.runtime.config.fingerprint
+        for outcome in ("ok", "rejected", "cancelled", "error"):
+            REQUESTS.labels(outcome)
         WAITING.set_function(lambda: len(worker.scheduler.waiting))
         WAITING_TOKENS.set_function(lambda: worker.scheduler.pending_tokens)
 
@@ -110,7 +114,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {exc}")
         cached = reused * self.runtime.block_tokens
-        CACHED_TOKENS.inc(cached)
+        CACHE_QUERIES.inc(len(ids))
+        CACHE_HITS.inc(cached)
         QUEUE_SECONDS.observe(job.queue_wall_s)
         KV_SECONDS.observe(io_s)
         REQUESTS.labels("ok").inc()
@@ -158,9 +163,14 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                                    lease_ttl_s=ttl, model_fingerprint=self.fingerprint)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = worker_parser("prefill_server", 50061, max_queue=256)
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     worker = build_worker(args, Role.PREFILL)
     cache = LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20)))

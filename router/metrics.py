@@ -1,45 +1,84 @@
-"""The router's request-level metrics (vLLM's names and meanings where they exist), in both clocks."""
+"""The router's request-level metrics, with vLLM's names and meanings where they exist, in both clocks.
+
+Every request-level series carries ``model_name`` (the served model's id). Per-request TPOT
+(``pdserve_request_time_per_output_token_seconds``: (e2e - TTFT) / (tokens - 1)) and the per-token inter-token latency
+(``pdserve_inter_token_latency_seconds``, observed by the decode workers for every token) are separate metrics, as in
+vLLM >= 0.10. Requests that end without a finish chunk are counted too: ``abort`` (the client went away) and ``error``
+(a worker failed).
+"""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.metrics import E2E_BUCKETS, TOKEN_COUNT_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
+from common.metrics import TOKEN_COUNT_BUCKETS, ClockPair, MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS
+from engine.stop import FinishReason
 from protos import common_pb2
 
-REQUESTS = Counter("pdserve_request_success_total", "Requests finished, by finish reason", ["finished_reason"])
-REJECTED = Counter("pdserve_request_rejected_total", "Requests refused before running", ["reason"])
+M = ("model_name",)
+FINISH_REASONS = tuple(r.value for r in FinishReason)  # stop, length, repetition, abort, error
+REJECT_REASONS = ("invalid", "router_full", "workers_full")
+
+REQUESTS = Counter("pdserve_request_success_total", "Requests finished, by finish reason (abort and error included)",
+                   M + ("finished_reason",))
+REJECTED = Counter("pdserve_request_rejected_total", "Requests refused before running, by reason", ["reason"])
 RETRIES = Counter("pdserve_router_retries_total", "Requests moved to another worker after one failed", ["phase"])
-PROMPT_TOKENS = Counter("pdserve_prompt_tokens_total", "Prompt tokens of finished requests")
-GENERATION_TOKENS = Counter("pdserve_generation_tokens_total", "Generated tokens")
-CACHED_TOKENS = Counter("pdserve_prefix_cache_hit_tokens_total", "Prompt tokens served from cached KV")
-TTFT = Histogram("pdserve_time_to_first_token_seconds", "Wall time to the first token", buckets=TTFT_BUCKETS)
-TPOT = Histogram("pdserve_time_per_output_token_seconds", "Wall time per output token after the first",
-                 buckets=TPOT_BUCKETS)
-E2E = Histogram("pdserve_e2e_request_latency_seconds", "Wall time of the whole request", buckets=E2E_BUCKETS)
-TTFT_MODELED = Histogram("pdserve_time_to_first_token_modeled_seconds", "Modeled time to the first token",
-                         buckets=TTFT_BUCKETS)
-TPOT_MODELED = Histogram("pdserve_time_per_output_token_modeled_seconds", "Modeled time per output token",
-                         buckets=TPOT_BUCKETS)
-E2E_MODELED = Histogram("pdserve_e2e_request_latency_modeled_seconds", "Modeled time of the whole request",
-                        buckets=E2E_BUCKETS)
-PROMPT_LEN = Histogram("pdserve_request_prompt_tokens", "Prompt tokens per request", buckets=TOKEN_COUNT_BUCKETS)
-GEN_LEN = Histogram("pdserve_request_generation_tokens", "Generated tokens per request", buckets=TOKEN_COUNT_BUCKETS)
+ROUTED = Counter("pdserve_router_routing_decisions_total", "Requests sent to a worker, by phase, policy and worker",
+                 ["phase", "policy", "worker"])
+PROMPT_TOKENS = Counter("pdserve_prompt_tokens_total", "Prompt tokens of finished requests", M)
+GENERATION_TOKENS = Counter("pdserve_generation_tokens_total", "Generated tokens of finished requests", M)
+CACHED_TOKENS = Counter("pdserve_prefix_cache_hit_tokens_total", "Prompt tokens served from cached KV", M)
+TTFT = ClockPair("pdserve_time_to_first_token", "Time to the first token", M)
+TPOT = ClockPair("pdserve_request_time_per_output_token", "Per request: (e2e - TTFT) / (output tokens - 1)", M,
+                 WALL_STEP_BUCKETS, MODELED_STEP_BUCKETS)
+E2E = ClockPair("pdserve_e2e_request_latency", "Time of the whole request", M)
+QUEUE = ClockPair("pdserve_request_queue_time", "Time waiting in worker queues (prefill, then decode admission)", M)
+PREFILL = ClockPair("pdserve_request_prefill_time", "Time from the first schedule to the first token", M)
+DECODE = ClockPair("pdserve_request_decode_time", "Time from the first token to the last", M)
+PROMPT_LEN = Histogram("pdserve_request_prompt_tokens", "Prompt tokens per request", M, buckets=TOKEN_COUNT_BUCKETS)
+GEN_LEN = Histogram("pdserve_request_generation_tokens", "Generated tokens per request", M,
+                    buckets=TOKEN_COUNT_BUCKETS)
 INFLIGHT = Gauge("pdserve_num_requests_inflight", "Requests the router is serving")
 
 
-def record_finished(reason: str, usage: common_pb2.Usage, t: common_pb2.Timings) -> None:
-    """Everything the router counts when a request ends."""
-    REQUESTS.labels(reason).inc()
-    PROMPT_TOKENS.inc(usage.prompt_tokens)
-    GENERATION_TOKENS.inc(usage.completion_tokens)
-    CACHED_TOKENS.inc(usage.cached_prompt_tokens)
-    PROMPT_LEN.observe(usage.prompt_tokens)
-    GEN_LEN.observe(usage.completion_tokens)
-    TTFT.observe(t.ttft_wall_s)
-    E2E.observe(t.e2e_wall_s)
-    TTFT_MODELED.observe(t.ttft_modeled_s)
-    E2E_MODELED.observe(t.e2e_modeled_s)
+def init_labels(model_name: str, prefill_targets: list[str], decode_targets: list[str], policy: str) -> None:
+    """Create every label combination up front: a counter that was never hit still reads 0, not "no data"."""
+    for reason in FINISH_REASONS:
+        REQUESTS.labels(model_name, reason)
+    for reason in REJECT_REASONS:
+        REJECTED.labels(reason)
+    for phase in ("prefill", "decode"):
+        RETRIES.labels(phase)
+    for t in prefill_targets:
+        ROUTED.labels("prefill", policy, t)
+    for t in decode_targets:
+        ROUTED.labels("decode", "least_kv_usage", t)
+    for metric in (PROMPT_TOKENS, GENERATION_TOKENS, CACHED_TOKENS, PROMPT_LEN, GEN_LEN):
+        metric.labels(model_name)
+    for pair in (TTFT, TPOT, E2E, QUEUE, PREFILL, DECODE):
+        pair.touch(model_name)
+
+
+def record_unfinished(model_name: str, reason: str) -> None:
+    """A request that ended without a finish chunk: ``abort`` or ``error``."""
+    REQUESTS.labels(model_name, reason).inc()
+
+
+def record_finished(model_name: str, reason: str, usage: common_pb2.Usage, t: common_pb2.Timings,
+                    prefill_queue_wall_s: float, prefill_queue_modeled_s: float) -> None:
+    """Everything the router counts when a request ends with a finish reason."""
+    m = model_name
+    REQUESTS.labels(m, reason).inc()
+    PROMPT_TOKENS.labels(m).inc(usage.prompt_tokens)
+    GENERATION_TOKENS.labels(m).inc(usage.completion_tokens)
+    CACHED_TOKENS.labels(m).inc(usage.cached_prompt_tokens)
+    PROMPT_LEN.labels(m).observe(usage.prompt_tokens)
+    GEN_LEN.labels(m).observe(usage.completion_tokens)
+    TTFT.observe(t.ttft_wall_s, t.ttft_modeled_s, m)
+    E2E.observe(t.e2e_wall_s, t.e2e_modeled_s, m)
+    QUEUE.observe(t.queue_wall_s, t.queue_modeled_s, m)
+    PREFILL.observe(max(0.0, t.ttft_wall_s - prefill_queue_wall_s), max(0.0, t.ttft_modeled_s - prefill_queue_modeled_s),
+                    m)
+    DECODE.observe(t.e2e_wall_s - t.ttft_wall_s, t.e2e_modeled_s - t.ttft_modeled_s, m)
     if usage.completion_tokens > 1:
-        TPOT.observe(t.tpot_wall_s)
-        TPOT_MODELED.observe(t.tpot_modeled_s)
+        TPOT.observe(t.tpot_wall_s, t.tpot_modeled_s, m)

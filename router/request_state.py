@@ -18,6 +18,7 @@ class RequestState:
     completion_tokens: int = 0
     cached_tokens: int = 0
     queue_s: float = 0.0
+    prefill_queue_s: float = 0.0  # the part of queue_s before the first token
     kv_store_s: float = 0.0
     kv_fetch_s: float = 0.0
     lease_id: str = ""  # prefill's lease, until a decode worker has taken the KV (it releases it then)
@@ -31,7 +32,7 @@ class RequestState:
     def took_prefill(self, reply: prefill_pb2.PrefillReply) -> None:
         self.lease_id = reply.kv.lease_id
         self.cached_tokens = reply.cached_tokens
-        self.queue_s = reply.queue_wall_s
+        self.queue_s = self.prefill_queue_s = reply.queue_wall_s
         self.kv_store_s = reply.kv_store_wall_s
         self.queue_modeled_s = reply.queue_modeled_s
         self.prefill_modeled_s = reply.modeled_s
@@ -47,6 +48,12 @@ class RequestState:
             self.prefill_modeled_s += chunk.prefill_modeled_s
         else:
             self.decode_wait_modeled_s += chunk.queue_modeled_s
+
+    def queue_before_first_token(self) -> tuple[float, float]:
+        """(wall, modeled) seconds queued before the first token: prefill's queue, or colocated decode's."""
+        if self.colocated:
+            return self.queue_s, self.queue_modeled_s
+        return self.prefill_queue_s, self.queue_modeled_s
 
     def took_tokens(self, n: int) -> None:
         if self.first_token_at is None and n:

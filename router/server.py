@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 
 from common.config import FlagParser, add_model_flags, service_parser, split_targets
+from common.metrics import set_process_info
 from common.server import serve, setup_logging
 from engine.runtime import model_metadata
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import router_pb2, router_pb2_grpc
+from router.metrics import init_labels
 from router.policy import PREFILL_POLICIES, PrefillPolicy
 from router.service import RouterConfig, RouterService
-from router.workers import decode_pool, prefill_pool
+from router.workers import decode_pool, prefill_pool, split_target
 
 
 def build_parser() -> FlagParser:
@@ -29,11 +31,20 @@ def build_parser() -> FlagParser:
                         help="how long prefilled KV waits for decode")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
+    parser.add_argument("--discovery-interval-s", type=float, default=5.0,
+                        help="how often worker DNS names (e.g. a headless Service) are resolved again to find the "
+                             "replicas behind them (0: once at start); IP addresses are used as given")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag in ("prefill", "decode"):
+        try:
+            [split_target(t) for t in split_targets(getattr(args, flag))]
+        except ValueError as exc:
+            parser.error(f"--{flag}: {exc}")
     setup_logging(args.log_level)
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(
@@ -41,11 +52,16 @@ def main(argv: list[str] | None = None) -> None:
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
         lease_ttl_s=args.lease_ttl_s)
+    set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
 
     async def run() -> None:
         prefill = prefill_pool([] if args.colocated else split_targets(args.prefill))
         decode = decode_pool(split_targets(args.decode))
+        for pool in (prefill, decode):
+            await pool.refresh()
         kv = KVStoreClient(split_targets(args.kvstore)) if split_targets(args.kvstore) and not args.colocated else None
+        init_labels(config.model_name, [w.target for w in prefill.workers], [w.target for w in decode.workers],
+                    args.policy)
         service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(args.policy, args.block_tokens), kv)
 
         def register(server):
@@ -54,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
 
         period = args.load_poll_interval_s
         pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
+        if args.discovery_interval_s > 0:
+            pollers += [asyncio.create_task(p.discover_loop(args.discovery_interval_s)) for p in (prefill, decode)]
         try:
             await serve("router", args.port, register, args.metrics_port, args.host)
         finally:

@@ -16,7 +16,7 @@ from engine.params import InvalidParameter
 from engine.tokenizer import GGUFTokenizer
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
-from router.metrics import INFLIGHT, REJECTED, record_finished
+from router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from router.policy import PrefillPolicy
 from router.prompt import RequestValidator
 from router.request_state import RequestState
@@ -68,7 +68,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             REJECTED.labels("invalid").inc()
             await abort_invalid(context, exc)
         if self.inflight >= self.config.max_inflight:
-            REJECTED.labels("overloaded").inc()
+            REJECTED.labels("router_full").inc()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
         if request_id in self.active_ids:
@@ -79,15 +79,25 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         self.active_ids.add(state.request_id)
         self.inflight += 1
         INFLIGHT.inc()
+        outcome = "abort"  # unless it finishes, is refused or fails below: the caller went away
         try:
             async for chunk in self._serve(state, ids, request.sampling, context):
+                if chunk.finish_reason:
+                    outcome = ""
                 yield chunk
         except UpstreamError as exc:
+            if exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                REJECTED.labels("workers_full").inc()
+                outcome = ""
+            else:
+                outcome = "error"
             await context.abort(exc.code, str(exc))
         finally:
             self.active_ids.discard(state.request_id)
             self.inflight -= 1
             INFLIGHT.dec()
+            if outcome:
+                record_unfinished(self.config.model_name, outcome)
             if state.lease_id and self.kv is not None:  # e.g. cancelled between prefill and decode
                 asyncio.ensure_future(self.kv.release_quietly(state.lease_id))
 
@@ -134,5 +144,6 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         if step.finish_reason:
             chunk.usage.CopyFrom(state.usage())
             chunk.timings.CopyFrom(state.timings())
-            record_finished(step.finish_reason, chunk.usage, chunk.timings)
+            record_finished(self.config.model_name, step.finish_reason, chunk.usage, chunk.timings,
+                            *state.queue_before_first_token())
         return chunk

@@ -15,7 +15,7 @@ import grpc
 
 from common.server import request_metadata
 from protos import decode_pb2, prefill_pb2
-from router.metrics import REJECTED, RETRIES
+from router.metrics import RETRIES, ROUTED
 from router.policy import PrefillPolicy, choose_decode
 from router.workers import WorkerPool
 
@@ -41,6 +41,7 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
         if attempt:
             RETRIES.labels("prefill").inc()
         worker = policy.choose(candidates, block_keys)
+        ROUTED.labels("prefill", policy.name, worker.target).inc()
         tried.add(worker.target)
         worker.inflight += 1
         worker.inflight_tokens += n_tokens
@@ -61,7 +62,6 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
             worker.inflight -= 1
             worker.inflight_tokens -= n_tokens
     if last_error is not None and last_error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        REJECTED.labels("overloaded").inc()
         raise UpstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"all prefill workers are full ({last_error.details()}); retry later")
     raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
@@ -78,6 +78,7 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest,
         if tried:
             RETRIES.labels("decode").inc()
         worker = choose_decode(candidates)
+        ROUTED.labels("decode", "least_kv_usage", worker.target).inc()
         tried.add(worker.target)
         worker.inflight += 1
         call = worker.stub.Decode(request, timeout=timeout, metadata=request_metadata(request.request_id))

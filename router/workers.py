@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import socket
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -16,6 +19,7 @@ from protos import common_pb2, decode_pb2_grpc, prefill_pb2_grpc
 log = logging.getLogger("pdserve.router")
 
 DOWN_FOR_S = 2.0  # a worker that answered UNAVAILABLE is skipped this long
+DRAIN_S = 60.0  # a worker whose address left DNS keeps its channel this long for calls in flight
 
 
 @dataclass
@@ -51,12 +55,86 @@ class Worker:
         return len(keys)
 
 
+Resolver = Callable[[str, int], Awaitable[list[str]]]  # (host, port) -> IP addresses
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """Every address the name resolves to now (DNS A/AAAA records, /etc/hosts), sorted."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({info[4][0] for info in infos})
+
+
+def split_target(target: str) -> tuple[str, int]:
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"target: {target!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def join_target(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def is_discovered(host: str) -> bool:
+    """A name (not an IP literal, not localhost) stands for however many workers it resolves to."""
+    if host == "localhost":
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return False
+    except ValueError:
+        return True
+
+
 class WorkerPool:
-    def __init__(self, targets: list[str], stub_class) -> None:
-        self.workers = []
+    """The workers behind the configured targets. An IP target is one worker; a DNS name is every address it
+    resolves to (a Kubernetes headless Service, a compose service with replicas), re-resolved by ``discover_loop`` so
+    replicas that come and go are picked up without a restart. A failed lookup keeps the name's previous workers."""
+
+    def __init__(self, targets: list[str], stub_class, resolver: Resolver = system_resolver) -> None:
+        self.stub_class = stub_class
+        self.resolver = resolver
+        self.workers: list[Worker] = []
+        self.names: list[tuple[str, int]] = []
+        self.fixed: list[str] = []
+        self._resolved: dict[tuple[str, int], list[str]] = {}
         for t in targets:
-            ch = channel(t)
-            self.workers.append(Worker(t, stub_class(ch), ch))
+            host, port = split_target(t)
+            if is_discovered(host):
+                self.names.append((host, port))
+            else:
+                self.fixed.append(t)
+                self.workers.append(self._new_worker(t))
+
+    def _new_worker(self, target: str) -> Worker:
+        ch = channel(target)
+        return Worker(target, self.stub_class(ch), ch)
+
+    async def refresh(self) -> None:
+        """Resolve every name again; add workers for new addresses, drop (and later close) those gone."""
+        if not self.names:
+            return
+        wanted = list(self.fixed)
+        for host, port in self.names:
+            try:
+                self._resolved[(host, port)] = [join_target(a, port) for a in await self.resolver(host, port)]
+            except OSError as exc:
+                log.warning("resolving %s failed (%s); keeping its %d workers", host, exc,
+                            len(self._resolved.get((host, port), [])))
+            wanted += self._resolved.get((host, port), [])
+        current = {w.target: w for w in self.workers}
+        wanted = list(dict.fromkeys(wanted))
+        for target in set(current) - set(wanted):
+            log.info("worker %s left", target)
+            asyncio.ensure_future(current[target].channel.close(grace=DRAIN_S))  # in-flight calls may finish
+        for target in set(wanted) - set(current):
+            log.info("worker %s joined", target)
+        self.workers = [current.get(t) or self._new_worker(t) for t in wanted]
+
+    async def discover_loop(self, period_s: float) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            await self.refresh()
 
     def available(self, exclude: set[str] = frozenset()) -> list[Worker]:
         live = [w for w in self.workers if w.target not in exclude and w.available]
@@ -78,9 +156,9 @@ class WorkerPool:
         await asyncio.gather(*(w.channel.close() for w in self.workers))
 
 
-def prefill_pool(targets: list[str]) -> WorkerPool:
-    return WorkerPool(targets, prefill_pb2_grpc.PrefillStub)
+def prefill_pool(targets: list[str], resolver: Resolver = system_resolver) -> WorkerPool:
+    return WorkerPool(targets, prefill_pb2_grpc.PrefillStub, resolver)
 
 
-def decode_pool(targets: list[str]) -> WorkerPool:
-    return WorkerPool(targets, decode_pb2_grpc.DecodeStub)
+def decode_pool(targets: list[str], resolver: Resolver = system_resolver) -> WorkerPool:
+    return WorkerPool(targets, decode_pb2_grpc.DecodeStub, resolver)

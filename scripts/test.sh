@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+bash scripts/system-packages.sh
 exec .venv/bin/python -m pytest "$@"

@@ -50,3 +50,19 @@ def kv_leases(stack) -> int:
         finally:
             await kv.close()
     return asyncio.run(count())
+
+
+def require_tool(tool: str, package: str) -> str:
+    """The path of a system tool; skip the test (with what to install) where it is missing, fail under CI=true."""
+    import os
+    import shutil
+
+    import pytest
+
+    path = shutil.which(tool)
+    if path is None:
+        message = f"{tool} not found: install the Debian package '{package}' (scripts/test.sh does when run as root)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

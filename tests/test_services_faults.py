@@ -47,7 +47,13 @@ def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
     assert kv_leases(long_stack) == 0
     metrics = scrape(decode.metrics_port)
     assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == 1
-    assert ("pdserve_decode_requests_total", (("finished_reason", "length"),)) not in metrics
+    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "length"),))] == 0
+    # the router counts the request it never finished as an abort, under the served model's name
+    def router_aborts() -> list[float]:
+        return [v for (name, labels), v in scrape(long_stack.router.metrics_port).items()
+                if name == "pdserve_request_success_total" and ("finished_reason", "abort") in labels
+                and dict(labels)["model_name"]]
+    wait_until(lambda: router_aborts() == [1.0], what="router abort counted")
 
 
 def test_router_refuses_when_full(tiny_long_model_path):
@@ -95,7 +101,7 @@ def test_preemption_recomputes_and_output_is_unchanged(tiny_model_path, tiny_run
             assert list(got.token_ids) == want.output_ids
             assert got.finish_reason == "length"
         decode = stack.decodes[0]
-        assert scrape(decode.metrics_port)[("pdserve_decode_num_preemptions", ())] >= 1
+        assert scrape(decode.metrics_port)[("pdserve_decode_num_preemptions_total", ())] >= 1
         assert decode_load(decode.target).kv_blocks_used == 0
         with PdserveClient(stack.router_target) as c:  # 20 + 200 tokens can never fit 12 x 16: refused, not failed
             with pytest.raises(grpc.RpcError) as err:

@@ -1,0 +1,111 @@
+"""deploy/Dockerfile and deploy/docker-compose.yml, run for real with podman: build the image once, bring the stack
+up, send requests through the router's published port, check that the router found both replicas of each worker
+and that Prometheus scrapes every target, then tear everything down."""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+import pytest
+
+from client.client import PdserveClient
+from client.launcher import free_port
+from protos import router_pb2, router_pb2_grpc
+from tests.containers import IMAGE, build_image, compose_command, podman_env, run
+from tests.helpers import wait_until
+from tests.prom import query
+
+COMPOSE_FILE = "deploy/docker-compose.yml"
+SERVICES = ["kvstore", "prefill", "decode", "router", "prometheus"]  # Grafana's image cannot be had here
+
+
+@pytest.fixture(scope="session")
+def image_env(tmp_path_factory):
+    """The podman environment with deploy/Dockerfile built (once per test session); the image is removed after."""
+    env = podman_env(tmp_path_factory.mktemp("podman"))
+    build_image(env)
+    yield env
+    run(["podman", "rmi", "-f", IMAGE], env, check=False)
+
+
+def router_ready(target: str) -> bool:
+    try:
+        with grpc.insecure_channel(target) as ch:
+            models = router_pb2_grpc.RouterStub(ch).ListModels(router_pb2.ListModelsRequest(), timeout=3)
+            return bool(models.models)
+    except grpc.RpcError:
+        return False
+
+
+def answers(router: str) -> bool:
+    try:
+        with PdserveClient(router) as client:
+            return bool(client.complete(messages=[{"role": "user", "content": "Hi"}], max_tokens=2).finish_reason)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            return False
+        raise
+
+
+def test_image_runs_as_non_root_with_the_model_baked_in_and_a_grpc_health_check(image_env):
+    inspect = run(["podman", "image", "inspect", IMAGE, "--format",
+                   "{{.Config.User}}|{{json .Config.Healthcheck}}|{{json .Config.Entrypoint}}"], image_env).stdout
+    user, health, entrypoint = inspect.strip().split("|")
+    assert user == "10001" and "common.healthcheck" in health and entrypoint == '["python","-m"]'
+    out = run(["podman", "run", "--rm", "--entrypoint", "python", IMAGE, "-c",
+               "import os; from engine.default_model import default_model_path as p; print(os.getuid(), p())"],
+              image_env).stdout
+    uid, model = out.split()
+    assert uid == "10001" and model.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_compose_stack_serves_and_is_scraped(image_env):
+    env = dict(image_env, PDSERVE_ROUTER_PORT=str(free_port()), PROMETHEUS_PORT=str(free_port()))
+    project = f"pdserve-test-{os.getpid()}"
+    compose = compose_command() + ["-p", project, "-f", COMPOSE_FILE]
+    router = f"127.0.0.1:{env['PDSERVE_ROUTER_PORT']}"
+    prometheus = f"http://127.0.0.1:{env['PROMETHEUS_PORT']}"
+    try:
+        run(compose + ["up", "-d", "--no-build", *SERVICES], env, timeout=600)
+        wait_until(lambda: router_ready(router), 300, "the router answers on its published port")
+        wait_until(lambda: answers(router), 300, "a request through the router (workers loading the model)")
+        with PdserveClient(router) as client:
+            replies = [client.complete(messages=[{"role": "user", "content": f"Count to {n}"}], max_tokens=8,
+                                       temperature=0) for n in range(2, 8)]
+        assert all(r.usage.completion_tokens >= 1 and r.finish_reason for r in replies)
+        # Prometheus found every replica by DNS and scrapes them all
+        wait_until(lambda: len(query(prometheus, 'up{job=~"pdserve.*"} == 1')) == 6, 120,
+                   "6 targets up (router, kvstore, 2 prefill, 2 decode)")
+        up = query(prometheus, 'up{job=~"pdserve.*"}')
+        assert sorted(r["metric"]["job"] for r in up) == sorted(
+            ["pdserve-router", "pdserve-kvstore"] + ["pdserve-prefill"] * 2 + ["pdserve-decode"] * 2)
+        # the router found both replicas of each worker service behind one DNS name
+        decisions = query(prometheus, "pdserve_router_routing_decisions_total")
+        workers = {(r["metric"]["phase"], r["metric"]["worker"]) for r in decisions}
+        assert len({w for p, w in workers if p == "prefill"}) == 2 and len({w for p, w in workers if p == "decode"}) == 2
+        # scaled up: the router re-resolves "decode" and Prometheus's DNS discovery finds the third replica
+        run(compose + ["up", "-d", "--no-build", "--scale", "decode=3", "decode"], env, timeout=300)
+        wait_until(lambda: len(query(prometheus, 'up{job="pdserve-decode"} == 1')) == 3, 180,
+                   "3 decode targets up after scaling")
+        wait_until(lambda: run(compose + ["logs", "router"], env, check=False).stdout.count(":50071 joined") == 3,
+                   60, "the router saw the third decode replica join")
+        # the image's gRPC health check passes inside a running container
+        router_container = run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project={project}",
+                                "--filter", "label=com.docker.compose.service=router"], env).stdout.split()
+        assert router_container
+        assert run(["podman", "healthcheck", "run", router_container[0]], env, check=False).returncode == 0
+    except BaseException:
+        for service in SERVICES:
+            print(run(compose + ["logs", "--tail", "30", service], env, check=False).stdout[-3000:])
+        raise
+    finally:
+        run(compose + ["down", "-v", "-t", "10"], env, check=False, timeout=300)
+        # compose down knows the file's replica count, not a --scale beyond it: remove the rest by label
+        label = f"label=io.podman.compose.project={project}"
+        extra = run(["podman", "ps", "-aq", "--filter", label], env).stdout.split()
+        if extra:
+            run(["podman", "rm", "-f", "-t", "10", *extra], env, check=False)
+        run(["podman", "network", "rm", "-f", f"{project}_default"], env, check=False)
+        left = run(["podman", "ps", "-aq", "--filter", label], env).stdout
+        assert not left.strip(), f"containers left behind: {left}"

@@ -1,0 +1,94 @@
+"""deploy/k8s: every manifest valid against the Kubernetes schemas (kubernetes-validate, strict: no unknown fields),
+the kustomization complete, and every image, module, flag, port and probe one that exists."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML comes with the test extra (podman-compose)")
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[test]'")
+
+K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
+COMPOSE = K8S.parent / "docker-compose.yml"
+KUBERNETES_VERSION = "1.30.0"  # gRPC probes are GA since 1.27
+SERVICE_MODULES = {"kvstore": "kvstore.server", "prefill_server": "prefill_server.server",
+                   "decode_server": "decode_server.server", "router": "router.server"}
+
+
+def kustomization() -> dict:
+    return yaml.safe_load((K8S / "kustomization.yaml").read_text())
+
+
+def resources() -> list[dict]:
+    docs = []
+    for name in kustomization()["resources"]:
+        docs += [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
+    return docs
+
+
+def test_kustomization_lists_every_manifest():
+    listed = set(kustomization()["resources"])
+    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "prometheus-adapter-rules.yaml"}
+    assert listed == present
+
+
+def test_every_manifest_is_valid_against_the_kubernetes_schemas():
+    docs = resources()
+    assert {d["kind"] for d in docs} == {"Namespace", "Service", "Deployment", "HorizontalPodAutoscaler"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)  # raises ValidationError naming the field
+
+
+def flag_env_vars(module: str) -> set[str]:
+    """The PDSERVE_* variables a service's flags read (FlagParser attaches one to every long option)."""
+    parser = importlib.import_module(SERVICE_MODULES[module]).build_parser()
+    return {a.env_var for a in parser._actions if getattr(a, "env_var", None)}
+
+
+def test_deployments_name_images_modules_flags_ports_and_probes_that_exist():
+    compose_image = yaml.safe_load(COMPOSE.read_text())["x-pdserve"]["image"]
+    image_names = {i["name"] for i in kustomization()["images"]}
+    services = {d["metadata"]["name"]: d for d in resources() if d["kind"] == "Service"}
+    deployments = [d for d in resources() if d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} == {"kvstore", "prefill", "decode", "router"}
+    for dep in deployments:
+        pod = dep["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        assert container["image"].rsplit(":", 1)[0] in image_names and container["image"] == compose_image
+        (module,) = container["args"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        unknown = {k for k in env if k.startswith("PDSERVE_")} - flag_env_vars(module)
+        assert not unknown, f"{dep['metadata']['name']}: no such flag for {module}: {unknown}"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["grpc"] == int(env["PDSERVE_PORT"]) and ports["metrics"] == int(env["PDSERVE_METRICS_PORT"])
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["grpc"]["port"] == ports["grpc"], probe
+        assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
+        assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
+        assert pod["spec"]["securityContext"]["runAsUser"] == 10001  # the image's non-root user
+        svc = services[dep["metadata"]["name"]]
+        assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= set(ports)
+    # the workers the router discovers are headless Services, whose DNS name resolves to every ready pod
+    router_env = {e["name"]: e["value"] for d in deployments if d["metadata"]["name"] == "router"
+                  for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    for flag in ("PDSERVE_PREFILL", "PDSERVE_DECODE"):
+        name, port = router_env[flag].split(":")
+        assert services[name]["spec"]["clusterIP"] == "None"
+        assert int(port) in {p["port"] for p in services[name]["spec"]["ports"]}
+
+
+def test_autoscalers_scale_deployments_on_metrics_the_workers_export():
+    from decode_server import server as decode
+    from prefill_server import server as prefill
+
+    exported = {m._name for m in (prefill.WAITING_TOKENS, decode.KV_USAGE, decode.WAITING)}
+    names = {d["metadata"]["name"] for d in resources() if d["kind"] == "Deployment"}
+    for hpa in (d for d in resources() if d["kind"] == "HorizontalPodAutoscaler"):
+        assert hpa["spec"]["scaleTargetRef"]["name"] in names
+        for metric in hpa["spec"]["metrics"]:
+            if metric["type"] == "Pods":
+                assert metric["pods"]["metric"]["name"] in exported
