@@ -11,6 +11,7 @@ import threading
 
 import grpc
 
+from client.bench.args import add_bench_args
 from engine.params import SamplingParams
 
 DEMO_PROMPTS = ("What is the capital of France?", "巴黎是法国的")
@@ -160,16 +161,12 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_serving(a: argparse.Namespace) -> int:
-    from client.bench_serving import compare, format_comparison
+def cmd_bench(a: argparse.Namespace) -> int:
+    from client.bench.command import cmd_bench as bench
 
-    modes = tuple(m for m in a.modes.split(",") if m)
-    results = compare(a.model, a.requests, a.prompt_len, a.output_len, a.concurrency, modes)
-    print(format_comparison(results, a.requests, a.prompt_len, a.output_len, a.concurrency))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(results, fh, indent=2)
-    return 0
+    if a.command == "bench-serving":  # the old name of the comparison
+        a.compare = True
+    return bench(a)
 
 
 def cmd_bench_engine(a: argparse.Namespace) -> int:
@@ -289,15 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_perf)
 
-    p = sub.add_parser("bench-serving", help="one workload: in-process engine vs disaggregated vs colocated")
-    p.add_argument("--model", default=None)
-    p.add_argument("--requests", type=int, default=64)
-    p.add_argument("--prompt-len", type=int, default=256)
-    p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--modes", default="in_process,disaggregated,colocated")
-    p.add_argument("--json", default=None)
-    p.set_defaults(func=cmd_bench_serving)
+    p = sub.add_parser("bench", aliases=["bench-serving"],
+                       help="load test a running stack (gRPC or OpenAI HTTP); bench-serving = bench --compare")
+    add_bench_args(p)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
