@@ -41,7 +41,7 @@ def _token_counter(a: argparse.Namespace):
         return lambda text: max(1, len(text) // 4)
 
 
-def build_requests(a: argparse.Namespace, served: ServedModel) -> list[ds.BenchRequest]:
+def build_requests(a: argparse.Namespace, served: ServedModel, seed_offset: int = 0) -> list[ds.BenchRequest]:
     """The dataset the flags describe, sized to --num-prompts (reproducible with --seed)."""
     out_range = ds.parse_range(a.output_len, "--output-len") if a.output_len else None
     fixed_out = out_range[0] if out_range and out_range[0] == out_range[1] else None
@@ -56,7 +56,7 @@ def build_requests(a: argparse.Namespace, served: ServedModel) -> list[ds.BenchR
         n = a.num_prompts or DEFAULT_RANDOM_PROMPTS
         return ds.random_requests(n, vocab, ds.parse_range(a.input_len, "--input-len"),
                                   out_range or (DEFAULT_OUTPUT_LEN, DEFAULT_OUTPUT_LEN), a.random_prefix_fraction,
-                                  a.seed)
+                                  a.seed + seed_offset)
     if a.dataset == "trace":
         if a.trace_block_tokens < 1:
             raise ValueError(f"--trace-block-tokens must be at least 1, got {a.trace_block_tokens}")
