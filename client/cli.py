@@ -175,12 +175,13 @@ def cmd_bench_engine(a: argparse.Namespace) -> int:
 
     runtime = Runtime.load(a.model)
     batches = tuple(int(x) for x in a.batches.split(","))
-    lens = tuple(int(x) for x in a.prompt_lens.split(","))
-    rows = run_engine_bench(runtime, batches, lens, context=a.context, steps=a.steps)
-    print(format_rows(rows, runtime.model_name, a.context))
+    lens = tuple(int(x) for x in a.prompt_lens.split(",") if x)
+    contexts = tuple(int(x) for x in a.contexts.split(",") if x)
+    rows = run_engine_bench(runtime, batches, lens, contexts=contexts, steps=a.steps)
+    print(format_rows(rows, runtime.model_name))
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"model": runtime.model_name, "context": a.context, "rows": rows_as_dicts(rows)}, fh, indent=2)
+            json.dump({"model": runtime.model_name, "contexts": contexts, "rows": rows_as_dicts(rows)}, fh, indent=2)
     return 0
 
 
@@ -258,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None)
     p.add_argument("--batches", default="1,8,32,64")
     p.add_argument("--prompt-lens", default="128,512")
-    p.add_argument("--context", type=int, default=64, help="context length of the decode batches")
+    p.add_argument("--contexts", "--context", dest="contexts", default="64,1024",
+                   help="context lengths of the decode batches (short and long)")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the rows to this file")
     p.set_defaults(func=cmd_bench_engine)
