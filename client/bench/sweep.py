@@ -1,6 +1,7 @@
 """``--sweep rate:1,2,4`` or ``--sweep concurrency:1,4,16``: the same workload at each load, one table, three PNGs.
 
-- ``latency.png``: median and p99 of TTFT, TPOT and e2el against load, wall (solid) and modeled (dashed);
+- ``latency.png``: median and p99 of TTFT, TPOT and e2el against load, wall (solid) and modeled (dashed; log scale
+  when both clocks are drawn);
 - ``throughput.png``: request throughput and goodput, and output token throughput, against load in both clocks;
 - ``distributions.png``: TTFT and TPOT cumulative distributions per load level, wall and modeled.
 
@@ -79,7 +80,9 @@ def plot_sweep(kind: str, points: list[dict], out_dir: str | Path) -> list[Path]
                 ax.plot(x, [s[f"modeled_{stat}_{metric}_ms"] for s in sums], "s--", color=color,
                         label=f"{stat} modeled")
         ax.set(title=title, xlabel=LABELS[kind], ylabel="ms")
-        ax.grid(alpha=0.3)
+        if modeled:
+            ax.set_yscale("log")  # the two clocks can be orders of magnitude apart
+        ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out / "latency.png")
@@ -99,7 +102,9 @@ def plot_sweep(kind: str, points: list[dict], out_dir: str | Path) -> list[Path]
     ax1.set(title="requests per second", xlabel=LABELS[kind], ylabel="req/s")
     ax2.set(title="output tokens per second", xlabel=LABELS[kind], ylabel="tok/s")
     for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
+        if modeled:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out / "throughput.png")
