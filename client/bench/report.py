@@ -20,7 +20,7 @@ def _num(value, fmt: str) -> str:
 
 
 def _row(label: str, wall, modeled=None, fmt: str = ".2f") -> str:
-    return f"{label:<36}{_num(wall, fmt):>14}{_num(modeled, fmt):>14}"
+    return f"{label:<36}{_num(wall, fmt):>14}{_num(modeled, fmt):>14}".rstrip()
 
 
 def _rule(title: str, fill: str = "-") -> str:
@@ -35,7 +35,7 @@ def format_result(s: dict, title: str = "Serving Benchmark Result",
     def mod(key: str):
         return s.get(f"modeled_{key}") if m else None
 
-    lines = [_rule(f" {title} ", "="), f"{'':<36}{'wall':>14}{'modeled' if m else '':>14}",
+    lines = [_rule(f" {title} ", "="), f"{'':<36}{'wall':>14}{'modeled' if m else '':>14}".rstrip(),
              _row("Successful requests:", s["completed"], fmt="d"),
              _row("Failed requests:", s["failed"], fmt="d"),
              _row("Benchmark duration (s):", s["duration"], mod("duration")),
