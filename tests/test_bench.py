@@ -188,6 +188,18 @@ def test_rate_and_warmup_are_honoured(fake_router):
     assert all(r.start_s >= r.scheduled_s for r in result.records)
 
 
+def test_duration_mode_sends_until_the_time_is_up(fake_router):
+    requests = ds.random_requests(3, fake.VOCAB, (10, 10), (5, 5), seed=0)  # repeated as often as needed
+    spec = LoadSpec(request_rate=20.0, duration_s=0.6, progress=False, seed=2)
+    result = _run(lambda: GrpcBackend(fake_router), requests, spec)
+    expected = [t for t in arrival_offsets(100, 20.0, 1.0, seed=2) if t < 0.6]
+    assert [r.scheduled_s for r in result.records] == expected and len(expected) > 3
+    assert all(r.ok for r in result.records)
+    closed = _run(lambda: GrpcBackend(fake_router), requests, LoadSpec(max_concurrency=2, duration_s=0.5,
+                                                                        progress=False))
+    assert len(closed.records) >= 2 and all(r.start_s < 0.5 for r in closed.records)
+
+
 def test_cli_end_to_end_against_the_fake_router(fake_router, tmp_path, capsys):
     out = tmp_path / "result.json"
     rc = pdserve(["bench", "--target", fake_router, "--num-prompts", "4", "--input-len", "8:16", "--output-len", "5",

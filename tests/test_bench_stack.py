@@ -68,7 +68,8 @@ def test_sweep_draws_plots(stack, tmp_path, capsys):
 
 
 def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path):
-    out = pdserve("bench", "--compare", "--model", str(tiny_model_path), "--modes", "in_process,disaggregated",
+    """Through the old name, bench-serving, which is bench --compare."""
+    out = pdserve("bench-serving", "--model", str(tiny_model_path), "--modes", "in_process,disaggregated",
                   "--num-prompts", "6", "--input-len", "32", "--output-len", "4", "--max-concurrency", "3",
                   "--disable-tqdm", "--save-result", str(tmp_path / "c.json"))
     assert out.returncode == 0, out.stderr

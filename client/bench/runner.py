@@ -97,10 +97,9 @@ async def run(backend, requests: list[BenchRequest], spec: LoadSpec, on_start=No
             await asyncio.sleep(delay)
         if gate:
             await gate.acquire()
-        if spec.duration_s and time.perf_counter() - start >= spec.duration_s:
-            if gate:
+            if spec.duration_s and time.perf_counter() - start >= spec.duration_s:  # waited past the end for a slot
                 gate.release()
-            break
+                break
         record = RequestRecord(index, scheduled_s=offset, start_s=time.perf_counter() - start)
         records.append(record)
         tasks.append(asyncio.create_task(one(request, record)))
