@@ -78,7 +78,7 @@ def meets(r: RequestRecord, slo: dict[str, float], clock: str) -> bool:
         got = {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2e_s}
     else:
         got = {"ttft": r.modeled("ttft"), "tpot": r.modeled("tpot"), "e2el": r.modeled("e2e")}
-    return all(got[k] <= limit for k, limit in slo.items())
+    return all(got[k] is not None and got[k] <= limit for k, limit in slo.items())
 
 
 def failures(records: list[RequestRecord]) -> list[dict]:
