@@ -180,6 +180,11 @@ class OpenAIBackend:
         await self.http.aclose()
 
 
+def _deliver(batch: list[tuple[asyncio.Queue, tuple]]) -> None:
+    for events, event in batch:
+        events.put_nowait(event)
+
+
 def _error_message(text: str) -> str:
     """The ``message`` of an OpenAI error body, else the body itself (shortened)."""
     try:
@@ -213,24 +218,29 @@ class InProcessBackend:
         return ServedModel(self.runtime.model_name, c.vocab_size, c.context_length)
 
     def _loop(self) -> None:
-        listeners = {}
+        listeners: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         while not self.stopped.is_set():
             try:
                 while True:
-                    ids, params, notify = self.inbox.get(block=not self.engine.has_work(), timeout=0.05)
+                    ids, params, loop, events = self.inbox.get(block=not self.engine.has_work(), timeout=0.05)
                     try:
-                        listeners[self.engine.add_request(ids, params).request_id] = notify
-                    except ValueError as exc:  # e.g. a prompt longer than the context
-                        notify(0, "", time.perf_counter(), str(exc))
+                        listeners[self.engine.add_request(ids, params).request_id] = (loop, events)
+                    except ValueError as exc:  # e.g. an empty prompt
+                        loop.call_soon_threadsafe(events.put_nowait, (0, "", time.perf_counter(), str(exc)))
             except queue.Empty:
                 pass
             if not self.engine.has_work():
                 continue
-            for seq, result in self.engine.step():
-                notify = listeners[seq.request_id]
-                notify(1, result.finish_reason.value if result.finished else "", time.perf_counter(), "")
+            produced = self.engine.step()
+            now = time.perf_counter()
+            batch = []
+            for seq, result in produced:
+                loop, events = listeners[seq.request_id]
+                batch.append((events, (1, result.finish_reason.value if result.finished else "", now, "")))
                 if result.finished:
                     del listeners[seq.request_id]
+            if batch:  # one wake-up of the event loop per step, not one per token
+                loop.call_soon_threadsafe(_deliver, batch)
 
     async def send(self, request: BenchRequest, record: RequestRecord, sampling: Sampling) -> None:
         from engine.params import SamplingParams
@@ -253,7 +263,7 @@ class InProcessBackend:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         watch = Stopwatch(record, time.perf_counter())
-        self.inbox.put((ids, params, lambda *ev: loop.call_soon_threadsafe(events.put_nowait, ev)))
+        self.inbox.put((ids, params, loop, events))
         while True:
             n, finish_reason, now, error = await events.get()
             if error:
