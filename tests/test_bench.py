@@ -215,3 +215,16 @@ def test_cli_end_to_end_against_the_fake_router(fake_router, tmp_path, capsys):
         assert key in data, key
     assert data["completed"] == 4 and len(data["requests"]) == 4 and data["model_id"] == "fake"
     assert all(len(r["itl_s"]) == fake.TOKENS - 1 for r in data["requests"])
+
+
+def test_cli_against_the_fake_openai_endpoint(fake_openai, tmp_path, capsys):
+    out = tmp_path / "http.json"
+    assert pdserve(["bench", "--base-url", fake_openai, "--dataset", "builtin", "--num-prompts", "3",
+                    "--output-len", "5", "--disable-tqdm", "--save-result", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["backend"] == "openai" and data["model_id"] == "fake-model" and data["completed"] == 3
+    assert data["modeled_mean_ttft_ms"] == pytest.approx(fake.MODELED["ttft_modeled_s"] * 1000)
+    capsys.readouterr()
+    # random token prompts need the vocabulary, which an OpenAI endpoint does not report
+    assert pdserve(["bench", "--base-url", fake_openai, "--num-prompts", "2", "--disable-tqdm"]) == 2
+    assert "--dataset random needs --vocab-size with --base-url" in capsys.readouterr().err
