@@ -166,7 +166,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
     if a.command == "bench-serving":  # the old name of the comparison
         a.compare = True
-    return bench(a)
+    try:
+        return bench(a)
+    except KeyboardInterrupt:  # Ctrl-C ends a long run without a traceback (started stacks stop on the way out)
+        print("pdserve bench: interrupted", file=sys.stderr)
+        return 130
 
 
 def cmd_bench_engine(a: argparse.Namespace) -> int:
