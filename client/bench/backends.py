@@ -152,6 +152,7 @@ class OpenAIBackend:
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
+                        now = time.perf_counter()  # the end of the answer, not of closing the connection
                         break
                     chunk = json.loads(data)
                     if "error" in chunk:
@@ -166,7 +167,8 @@ class OpenAIBackend:
                     if isinstance(chunk.get("timings"), dict):
                         record.server = {k: float(v) for k, v in chunk["timings"].items()
                                          if isinstance(v, (int, float))}
-            now = time.perf_counter()
+                else:
+                    now = time.perf_counter()  # a server that ends the stream without [DONE]
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
             record.error_code, record.error = "connection", f"{type(exc).__name__}: {exc}"
             return
