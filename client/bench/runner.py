@@ -97,10 +97,11 @@ async def run(backend, requests: list[BenchRequest], spec: LoadSpec, on_start=No
             await asyncio.sleep(delay)
         if gate:
             await gate.acquire()
-            if spec.duration_s and time.perf_counter() - start >= spec.duration_s:  # waited past the end for a slot
-                gate.release()
-                break
-        record = RequestRecord(index, scheduled_s=offset, start_s=time.perf_counter() - start)
+        now = time.perf_counter() - start
+        if gate and spec.duration_s and now >= spec.duration_s:  # waited past the end for a slot
+            gate.release()
+            break
+        record = RequestRecord(index, scheduled_s=offset, start_s=now)
         records.append(record)
         tasks.append(asyncio.create_task(one(request, record)))
     await asyncio.gather(*tasks)
