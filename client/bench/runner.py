@@ -92,8 +92,7 @@ async def run(backend, requests: list[BenchRequest], spec: LoadSpec, on_start=No
     for index, (request, offset) in enumerate(zip(source, offsets)):
         if spec.duration_s and offset >= spec.duration_s:
             break
-        delay = start + offset - time.perf_counter()
-        if delay > 0:
+        while (delay := start + offset - time.perf_counter()) > 0:  # a timer may fire a hair early
             await asyncio.sleep(delay)
         if gate:
             await gate.acquire()
