@@ -6,14 +6,16 @@ and the machine keeps up; above 1 means real work overran the modeled budgets.
 
 from __future__ import annotations
 
-import asyncio
 import urllib.request
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.launcher import Stack, StackSpec
-from client.loadgen import run_load
+from client.bench.backends import Sampling
+from client.bench.command import run_grpc
+from client.bench.datasets import BenchRequest
+from client.bench.runner import LoadSpec
 
 
 def _decode_step_stats(port: int) -> tuple[float, float, float]:
@@ -38,10 +40,13 @@ def run_pacing_bench(concurrencies=(1, 16, 64), prompt_len: int = 256, output_le
         port = stack.decodes[0].metrics_port
         for concurrency in concurrencies:
             n = max(4, waves * concurrency)
-            requests = [dict(token_ids=rng.integers(100, 40000, prompt_len).tolist(), max_tokens=output_len,
-                             temperature=0.0, ignore_eos=True) for _ in range(n)]
+            requests = [BenchRequest(output_len=output_len, token_ids=rng.integers(100, 40000, prompt_len).tolist())
+                        for _ in range(n)]
             before = _decode_step_stats(port)
-            results, duration = asyncio.run(run_load(stack.router_target, requests, concurrency))
+            spec = LoadSpec(max_concurrency=concurrency, sampling=Sampling(temperature=0.0, ignore_eos=True),
+                            progress=False)
+            run = run_grpc(stack.router_target, requests, spec)
+            results, duration = run.records, run.duration_s
             after = _decode_step_stats(port)
             ok = [r for r in results if r.ok]
             steps = after[0] - before[0]

@@ -11,6 +11,7 @@ import threading
 
 import grpc
 
+from client.bench.args import add_bench_args
 from common.clock import KV_LINKS, PACE_MODES
 from perfmodel.deployment import KV_PRECISIONS
 from engine.kv_budget import DEFAULT_KV_BLOCKS
@@ -179,16 +180,16 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_serving(a: argparse.Namespace) -> int:
-    from client.bench_serving import compare, format_comparison
+def cmd_bench(a: argparse.Namespace) -> int:
+    from client.bench.command import cmd_bench as bench
 
-    modes = tuple(m for m in a.modes.split(",") if m)
-    results = compare(a.model, a.requests, a.prompt_len, a.output_len, a.concurrency, modes)
-    print(format_comparison(results, a.requests, a.prompt_len, a.output_len, a.concurrency))
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(results, fh, indent=2)
-    return 0
+    if a.command == "bench-serving":  # the old name of the comparison
+        a.compare = True
+    try:
+        return bench(a)
+    except KeyboardInterrupt:  # Ctrl-C ends a long run without a traceback (started stacks stop on the way out)
+        print("pdserve bench: interrupted", file=sys.stderr)
+        return 130
 
 
 def cmd_bench_engine(a: argparse.Namespace) -> int:
@@ -197,12 +198,13 @@ def cmd_bench_engine(a: argparse.Namespace) -> int:
 
     runtime = Runtime.load(a.model)
     batches = tuple(int(x) for x in a.batches.split(","))
-    lens = tuple(int(x) for x in a.prompt_lens.split(","))
-    rows = run_engine_bench(runtime, batches, lens, context=a.context, steps=a.steps)
-    print(format_rows(rows, runtime.model_name, a.context))
+    lens = tuple(int(x) for x in a.prompt_lens.split(",") if x)
+    contexts = tuple(int(x) for x in a.contexts.split(",") if x)
+    rows = run_engine_bench(runtime, batches, lens, contexts=contexts, steps=a.steps)
+    print(format_rows(rows, runtime.model_name))
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"model": runtime.model_name, "context": a.context, "rows": rows_as_dicts(rows)}, fh, indent=2)
+            json.dump({"model": runtime.model_name, "contexts": contexts, "rows": rows_as_dicts(rows)}, fh, indent=2)
     return 0
 
 
@@ -292,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None)
     p.add_argument("--batches", default="1,8,32,64")
     p.add_argument("--prompt-lens", default="128,512")
-    p.add_argument("--context", type=int, default=64, help="context length of the decode batches")
+    p.add_argument("--contexts", "--context", dest="contexts", default="64,1024",
+                   help="context lengths of the decode batches (short and long)")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the rows to this file")
     p.set_defaults(func=cmd_bench_engine)
@@ -324,15 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_perf)
 
-    p = sub.add_parser("bench-serving", help="one workload: in-process engine vs disaggregated vs colocated")
-    p.add_argument("--model", default=None)
-    p.add_argument("--requests", type=int, default=64)
-    p.add_argument("--prompt-len", type=int, default=256)
-    p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--modes", default="in_process,disaggregated,colocated")
-    p.add_argument("--json", default=None)
-    p.set_defaults(func=cmd_bench_serving)
+    p = sub.add_parser("bench", aliases=["bench-serving"],
+                       help="load test a running stack (gRPC or OpenAI HTTP); bench-serving = bench --compare")
+    add_bench_args(p)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -23,6 +23,7 @@ class BenchRow:
     shape: int  # batch size (decode) or prompt tokens (prefill)
     engine_tokens_per_s: float
     chain_tokens_per_s: float
+    context: int = 0  # decode: tokens already in each sequence's KV cache
 
     @property
     def ratio(self) -> float:
@@ -68,7 +69,7 @@ def bench_decode(runtime: Runtime, batch: int, context: int, steps: int) -> Benc
     # the same statistic (median) for both, measured back to back
     engine_tps = batch / float(np.median(step_times))
     chain_tps = batch / float(np.median(chain_times))
-    return BenchRow("decode", batch, engine_tps, chain_tps)
+    return BenchRow("decode", batch, engine_tps, chain_tps, context)
 
 
 def bench_prefill(runtime: Runtime, prompt_tokens: int, repeats: int) -> BenchRow:
@@ -88,21 +89,25 @@ def bench_prefill(runtime: Runtime, prompt_tokens: int, repeats: int) -> BenchRo
     return BenchRow("prefill", prompt_tokens, engine_tps, chain_tps)
 
 
-def run_engine_bench(runtime: Runtime, batches=(1, 8, 32, 64), prompt_lens=(128, 512), context: int = 64,
+DEFAULT_CONTEXTS = (64, 1024)  # short and long: attention's share of a decode step grows with the context
+
+
+def run_engine_bench(runtime: Runtime, batches=(1, 8, 32, 64), prompt_lens=(128, 512), contexts=DEFAULT_CONTEXTS,
                      steps: int = 8, repeats: int = 3) -> list[BenchRow]:
-    rows = [bench_decode(runtime, b, context, steps) for b in batches]
+    rows = [bench_decode(runtime, b, c, steps) for c in contexts for b in batches]
     rows += [bench_prefill(runtime, n, repeats) for n in prompt_lens]
     return rows
 
 
-def format_rows(rows: list[BenchRow], model_name: str, context: int) -> str:
+def format_rows(rows: list[BenchRow], model_name: str) -> str:
     lines = [
-        f"engine benchmark: {model_name}; decode at a {context}-token context (median step), prefill best of runs",
-        f"{'phase':<8} {'batch/len':>9} {'engine tok/s':>13} {'matmul chain tok/s':>19} {'ratio':>6}",
+        f"engine benchmark: {model_name}; decode median step at each context, prefill best of runs",
+        f"{'phase':<8} {'context':>7} {'batch/len':>9} {'engine tok/s':>13} {'matmul chain tok/s':>19} {'ratio':>6}",
     ]
     for r in rows:
-        lines.append(f"{r.phase:<8} {r.shape:>9} {r.engine_tokens_per_s:>13.1f} {r.chain_tokens_per_s:>19.1f} "
-                     f"{r.ratio:>6.2f}")
+        context = str(r.context) if r.phase == "decode" else "-"
+        lines.append(f"{r.phase:<8} {context:>7} {r.shape:>9} {r.engine_tokens_per_s:>13.1f} "
+                     f"{r.chain_tokens_per_s:>19.1f} {r.ratio:>6.2f}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,58 @@
+"""One request's outcome as a backend measured it: what every statistic is computed from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    scheduled_s: float = 0.0  # planned start, seconds after the run began
+    start_s: float = 0.0      # real start (later than planned when the concurrency cap held it back)
+    ok: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_s: float = 0.0
+    e2e_s: float = 0.0
+    itl_s: list[float] = field(default_factory=list)  # every gap between chunks that carried tokens
+    finish_reason: str = ""
+    error_code: str = ""  # gRPC status name, "HTTP 503", "connection", ...
+    error: str = ""
+    server: dict[str, float] = field(default_factory=dict)  # the server's per-request timings, both clocks
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token after the first, as vLLM defines it: (e2e - ttft) / (n - 1)."""
+        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
+
+    def modeled(self, name: str) -> float | None:
+        """A modeled-clock figure from the server's final chunk (``ttft``, ``tpot``, ``e2e``), None if absent."""
+        value = self.server.get(f"{name}_modeled_s")
+        return float(value) if value is not None else None
+
+
+class Stopwatch:
+    """Turns chunk arrival instants into TTFT, ITLs and e2e for one record (perf_counter seconds)."""
+
+    def __init__(self, record: RequestRecord, start: float) -> None:
+        self.record = record
+        self.start = start
+        self.last: float | None = None
+        self.chunks_with_tokens = 0
+
+    def tokens(self, n: int, now: float) -> None:
+        if n <= 0:
+            return
+        if self.last is None:
+            self.record.ttft_s = now - self.start
+        else:
+            self.record.itl_s.append(now - self.last)
+        self.last = now
+        self.chunks_with_tokens += 1
+        self.record.completion_tokens += n
+
+    def done(self, now: float) -> None:
+        self.record.e2e_s = now - self.start
+        self.record.ok = True
