@@ -28,13 +28,15 @@ GEN_LEN = Histogram("pdserve_request_generation_tokens", "Generated tokens per r
 INFLIGHT = Gauge("pdserve_num_requests_inflight", "Requests the router is serving")
 
 
-def record_finished(reason: str, usage: common_pb2.Usage, t: common_pb2.Timings) -> None:
-    """Everything the router counts when a request ends."""
+def record_finished(reason: str, usage: common_pb2.Usage, t: common_pb2.Timings, count_prompt: bool = True) -> None:
+    """Everything the router counts when a request (or one of its samples) ends; the prompt of an n-sample
+    request counts once (``count_prompt`` for sample 0 only)."""
     REQUESTS.labels(reason).inc()
-    PROMPT_TOKENS.inc(usage.prompt_tokens)
     GENERATION_TOKENS.inc(usage.completion_tokens)
-    CACHED_TOKENS.inc(usage.cached_prompt_tokens)
-    PROMPT_LEN.observe(usage.prompt_tokens)
+    if count_prompt:
+        PROMPT_TOKENS.inc(usage.prompt_tokens)
+        CACHED_TOKENS.inc(usage.cached_prompt_tokens)
+        PROMPT_LEN.observe(usage.prompt_tokens)
     GEN_LEN.observe(usage.completion_tokens)
     TTFT.observe(t.ttft_wall_s)
     E2E.observe(t.e2e_wall_s)

@@ -21,6 +21,7 @@ class RequestState:
     kv_store_s: float = 0.0
     kv_fetch_s: float = 0.0
     lease_id: str = ""  # prefill's lease, until a decode worker has taken the KV (it releases it then)
+    finish_reason: str = ""  # set once the sample's last chunk went out
     # modeled clock, as reported by the workers
     queue_modeled_s: float = 0.0
     prefill_modeled_s: float = 0.0
@@ -69,6 +70,12 @@ class RequestState:
             kv_transfer_modeled_s=self.kv_transfer_modeled_s)
 
     def usage(self) -> common_pb2.Usage:
-        return common_pb2.Usage(prompt_tokens=self.prompt_len, completion_tokens=self.completion_tokens,
-                                cached_prompt_tokens=self.cached_tokens,
-                                total_tokens=self.prompt_len + self.completion_tokens)
+        return total_usage([self])
+
+
+def total_usage(samples: list[RequestState]) -> common_pb2.Usage:
+    """One request's usage over its samples: the prompt (prefilled once) counted once, every sample's tokens."""
+    first = samples[0]
+    completion = sum(s.completion_tokens for s in samples)
+    return common_pb2.Usage(prompt_tokens=first.prompt_len, completion_tokens=completion,
+                            cached_prompt_tokens=first.cached_tokens, total_tokens=first.prompt_len + completion)
