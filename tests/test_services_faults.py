@@ -6,6 +6,8 @@ import signal
 import grpc
 import numpy as np
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from client.client import AsyncPdserveClient, PdserveClient
 from engine.params import SamplingParams
@@ -64,6 +66,8 @@ def test_router_refuses_when_full(tiny_long_model_path):
                 return err.value
         err = asyncio.run(scenario())
         assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "in flight" in err.details()
+        retry = error_details_pb2.RetryInfo()
+        assert rpc_status.from_call(err).details[0].Unpack(retry) and retry.retry_delay.seconds >= 1
         with PdserveClient(stack.router_target) as c:  # serving again once the long one is gone
             wait_until(lambda: _completes(c), what="router accepts again")
     finally:
