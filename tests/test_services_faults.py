@@ -10,7 +10,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from client.client import AsyncPdserveClient, PdserveClient
-from engine.params import SamplingParams
+from engine.params import SamplingParams, sample_params
 from protos import common_pb2, decode_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import kv_leases, reference, scrape, wait_until
@@ -146,6 +146,12 @@ def test_colocated_mode_matches_in_process(tiny_model_path, tiny_runtime):
                 chunks = list(c.generate(token_ids=prompt, **vars(params)))
                 assert [t for ch in chunks for t in ch.token_ids] == want.output_ids
                 assert chunks[-1].usage.prompt_tokens == len(prompt)
+            # n samples colocated: one decode request per sample (each prefills for itself), seeds seed + i
+            sampled = SamplingParams(max_tokens=8, temperature=1.0, seed=21)
+            reply = c.complete(token_ids=prompts[1], **vars(sampled) | {"n": 2})
+        samples = reference(tiny_runtime, [prompts[1]] * 2, [sample_params(sampled, i) for i in range(2)])
+        assert [list(ch.token_ids) for ch in reply.choices] == [s.output_ids for s in samples]
+        assert reply.usage.prompt_tokens == len(prompts[1]) and reply.usage.completion_tokens == 16
     finally:
         stack.stop()
 
