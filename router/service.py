@@ -155,9 +155,9 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         for state in samples:
             state.took_prefill(reply)
         for i in range(1, n):  # sample 0 decodes under prefill's lease, the others under their own
-            samples[i].lease_id = ""
-            if not firsts[i].finish_reason:
-                samples[i].lease_id = await self._lease_copy(reply.kv, f"{request_id}#{i}")
+            samples[i].lease_id = "" if firsts[i].finish_reason else f"{request_id}#{i}"  # released at the end
+            if samples[i].lease_id:
+                await self._lease_copy(reply.kv, samples[i].lease_id)
         for i, first in enumerate(firsts):
             yield self._chunk(samples, i, first)
         requests = {}
@@ -172,7 +172,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         async for chunk in self._relay_all(samples, requests, context):
             yield chunk
 
-    async def _lease_copy(self, handle: common_pb2.KVHandle, lease_id: str) -> str:
+    async def _lease_copy(self, handle: common_pb2.KVHandle, lease_id: str) -> None:
         """Another lease on a prefilled request's blocks, for a second sample's decode to take (and release)."""
         if self.kv is None:
             raise UpstreamError(grpc.StatusCode.FAILED_PRECONDITION, "sampling.n: n > 1 needs the router's --kvstore")
@@ -180,7 +180,6 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         if held < len(handle.block_keys):
             await self.kv.release_quietly(lease_id)
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "kvstore: the prefilled blocks are gone before decode")
-        return lease_id
 
     async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context):
         """Every sample's decode stream, merged as chunks arrive."""
