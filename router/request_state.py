@@ -9,6 +9,25 @@ from protos import common_pb2, decode_pb2, prefill_pb2
 
 
 @dataclass
+class Inflight:
+    """A request in flight, as the Abort RPC sees it: the upstream calls it opened, to cancel from another RPC."""
+
+    calls: list = field(default_factory=list)  # grpc.aio calls (cancelling a finished one is a no-op)
+    aborted: bool = False
+
+    def track(self, call) -> None:
+        self.calls.append(call)
+        if self.aborted:  # aborted between two calls: this one must not run either
+            call.cancel()
+
+    def abort(self) -> None:
+        """Cancel every call: whatever the request awaits raises CancelledError, the workers free its KV."""
+        self.aborted = True
+        for call in self.calls:
+            call.cancel()
+
+
+@dataclass
 class RequestState:
     request_id: str
     prompt_len: int

@@ -21,8 +21,8 @@ from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_g
 from router.metrics import INFLIGHT, REJECTED, record_finished
 from router.policy import PrefillPolicy
 from router.prompt import RequestValidator
-from router.request_state import RequestState, total_usage
-from router.streams import RequestAborted, abortable, merge
+from router.request_state import Inflight, RequestState, total_usage
+from router.streams import merge
 from router.tokens import TokenPieces
 from router.tokenize import TokenizeRPCs
 from router.upstream import UpstreamError, prefill_with_retries, relay_decode
@@ -54,9 +54,9 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         self.policy = policy
         self.kv = kv
         self.inflight = 0
-        # requests in flight by id, each with the event that aborts it; workers key leases and tail blocks by
+        # requests in flight by id, with their upstream calls (for Abort); workers key leases and tail blocks by
         # request id: one request per id
-        self.active: dict[str, asyncio.Event] = {}
+        self.active: dict[str, Inflight] = {}
         self.pieces = TokenPieces(tokenizer)
 
     async def ListModels(self, request, context):
@@ -84,13 +84,15 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         request_id = request_id or uuid.uuid4().hex
         samples = [RequestState(request_id, len(ids), colocated=self.config.colocated) for _ in range(params.n)]
         request_id_var.set(request_id)  # for this RPC's log lines
-        aborted = self.active[request_id] = asyncio.Event()
+        inflight = self.active[request_id] = Inflight()
         self.inflight += 1
         INFLIGHT.inc()
         try:
-            async for chunk in abortable(self._serve(samples, ids, request.sampling, context), aborted):
+            async for chunk in self._serve(samples, ids, request.sampling, context, inflight.track):
                 yield chunk
-        except RequestAborted:
+        except asyncio.CancelledError:
+            if not inflight.aborted:
+                raise  # the client cancelled: nothing more to send
             log.info("aborted by an Abort call")
             for chunk in self._abort_chunks(samples):
                 yield chunk
@@ -126,31 +128,33 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
     async def Abort(self, request, context):
         aborted, not_found = [], []
         for request_id in request.request_ids:
-            event = self.active.get(request_id)
-            if event is None or event.is_set():
+            inflight = self.active.get(request_id)
+            if inflight is None or inflight.aborted:
                 not_found.append(request_id)
             else:
-                event.set()
+                inflight.abort()
                 aborted.append(request_id)
         return router_pb2.AbortResponse(aborted=aborted, not_found=not_found)
 
     # --- the request path -------------------------------------------------------------------------------------------
-    async def _serve(self, samples: list[RequestState], ids: list[int], sampling: common_pb2.SamplingParams, context):
+    async def _serve(self, samples: list[RequestState], ids: list[int], sampling: common_pb2.SamplingParams, context,
+                     track):
         """Prefill once, then decode each sample; the sampling message goes to the workers as the client sent it
-        (already checked), except that each decode request carries its own sample's parameters (n > 1)."""
+        (already checked), except that each decode request carries its own sample's parameters (n > 1). ``track``
+        is shown every upstream call (Inflight.track)."""
         n = len(samples)
         request_id = samples[0].request_id
         if self.config.colocated:  # each decode worker prefills for itself: the prompt is computed once per sample
             requests = {i: decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, colocated=True,
                                                     sampling=sample_sampling(sampling, i, n)) for i in range(n)}
-            async for chunk in self._relay_all(samples, requests, context):
+            async for chunk in self._relay_all(samples, requests, context, track):
                 yield chunk
             return
         keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens)
         prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                      lease_ttl_s=self.config.lease_ttl_s)
         reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
-                                           self.config.prefill_retries, context.time_remaining())
+                                           self.config.prefill_retries, context.time_remaining(), track)
         firsts = [reply.first, *reply.forks]
         for state in samples:
             state.took_prefill(reply)
@@ -169,7 +173,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
                                                        first_token=first.token_ids[0],
                                                        sampling=sample_sampling(sampling, i, n))
-        async for chunk in self._relay_all(samples, requests, context):
+        async for chunk in self._relay_all(samples, requests, context, track):
             yield chunk
 
     async def _lease_copy(self, handle: common_pb2.KVHandle, lease_id: str) -> None:
@@ -181,10 +185,11 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             await self.kv.release_quietly(lease_id)
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "kvstore: the prefilled blocks are gone before decode")
 
-    async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context):
+    async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context,
+                         track):
         """Every sample's decode stream, merged as chunks arrive."""
         async def one(i: int, request: decode_pb2.DecodeRequest):
-            async for chunk in relay_decode(self.decode, request, context.time_remaining()):
+            async for chunk in relay_decode(self.decode, request, context.time_remaining(), track):
                 samples[i].took_decode_chunk(chunk)
                 yield self._chunk(samples, i, chunk.step)
 

@@ -148,12 +148,14 @@ def test_n_samples_stream_tagged_by_index(stack):
     assert chunks[-1].usage.completion_tokens == 10 and chunks[-1].usage.prompt_tokens == len(PROMPT)
 
 
-def test_abort_from_another_connection_frees_kv_and_leases(stack):
+@pytest.mark.parametrize("n", [1, 2])
+def test_abort_from_another_connection_frees_kv_and_leases(stack, n):
     decode = stack.decodes[0]
+    aborted_before = scrape(decode.metrics_port).get(("pdserve_decode_requests_total", (("finished_reason", "abort"),)), 0)
 
     async def scenario():
         async with AsyncPdserveClient(stack.router_target) as client, AsyncPdserveClient(stack.router_target) as proxy:
-            call = client.generate(token_ids=PROMPT, max_tokens=3000, ignore_eos=True, temperature=0, n=2,
+            call = client.generate(token_ids=PROMPT, max_tokens=3000, ignore_eos=True, temperature=0, n=n,
                                    request_id="abort-me")
             chunks = [await call.read() for _ in range(4)]
             answer = await proxy.abort(["abort-me", "never-was"])
@@ -166,13 +168,13 @@ def test_abort_from_another_connection_frees_kv_and_leases(stack):
     assert list(answer.aborted) == ["abort-me"] and list(answer.not_found) == ["never-was"]
     assert list(again.not_found) == ["abort-me"]  # finished: no longer in flight
     last = {ch.index: ch for ch in chunks if ch.finish_reason}
-    assert {i: ch.finish_reason for i, ch in last.items()} == {0: "abort", 1: "abort"}
+    assert {i: ch.finish_reason for i, ch in last.items()} == {i: "abort" for i in range(n)}
     assert chunks[-1].usage.completion_tokens == sum(len(ch.token_ids) for ch in chunks) < 6000
     wait_until(lambda: decode_load(decode.target).running == 0, what="decode running == 0")
     assert decode_load(decode.target).kv_blocks_used == 0
     wait_until(lambda: kv_leases(stack) == 0, what="leases released")
     metrics = scrape(decode.metrics_port)
-    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] >= 2
+    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == aborted_before + n
 
 
 def rich(err: grpc.RpcError):
