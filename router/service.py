@@ -187,14 +187,15 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
 
     async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context,
                          track):
-        """Every sample's decode stream, merged as chunks arrive."""
+        """Every sample's decode stream, merged as chunks arrive. A chunk is counted when it is passed on (not when
+        it arrives), so that usage after an abort counts exactly the tokens the client got."""
         async def one(i: int, request: decode_pb2.DecodeRequest):
             async for chunk in relay_decode(self.decode, request, context.time_remaining(), track):
-                samples[i].took_decode_chunk(chunk)
-                yield self._chunk(samples, i, chunk.step)
+                yield i, chunk
 
-        async for chunk in merge([one(i, r) for i, r in requests.items()]):
-            yield chunk
+        async for i, chunk in merge([one(i, r) for i, r in requests.items()]):
+            samples[i].took_decode_chunk(chunk)
+            yield self._chunk(samples, i, chunk.step)
 
     def _chunk(self, samples: list[RequestState], index: int, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:
         state = samples[index]
