@@ -46,6 +46,21 @@ def exhausted_status(message: str, retry_after_s: float = RETRY_AFTER_S) -> grpc
     return rich_status(grpc.StatusCode.RESOURCE_EXHAUSTED, message, error_details_pb2.RetryInfo(retry_delay=delay))
 
 
+def violated_field(err: grpc.RpcError) -> str | None:
+    """The field an INVALID_ARGUMENT error names: its BadRequest.FieldViolation, else the ``field: `` prefix of its
+    details (a peer that sends no rich status)."""
+    try:
+        status = rpc_status.from_call(err)
+    except ValueError:  # a trailer that does not match the call's code and details
+        status = None
+    for detail in status.details if status is not None else ():
+        bad_request = error_details_pb2.BadRequest()
+        if detail.Unpack(bad_request) and bad_request.field_violations:
+            return bad_request.field_violations[0].field
+    match = FIELD_PREFIX.match(err.details() or "")
+    return match.group(1) if match else None
+
+
 async def abort_status(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
     await context.abort(status.code, status.details, status.trailing_metadata)
 

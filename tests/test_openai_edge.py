@@ -94,6 +94,22 @@ def test_router_status_becomes_http_status(code, details, status, param, stream)
     assert (r.headers.get("retry-after") == "3") == (status == 429)
 
 
+def test_the_rich_status_names_the_field():
+    """The router's BadRequest.FieldViolation is what names ``param`` (the details' prefix is only a fallback)."""
+    from google.rpc import error_details_pb2
+
+    from common.status import rich_status
+
+    violation = error_details_pb2.BadRequest.FieldViolation(field="prompt.chat.messages[0].role")
+    status = rich_status(grpc.StatusCode.INVALID_ARGUMENT, "no prefix here: 'wizard' is not a role",
+                         error_details_pb2.BadRequest(field_violations=[violation]))
+    err = grpc.aio.AioRpcError(status.code, grpc.aio.Metadata(), grpc.aio.Metadata(*status.trailing_metadata),
+                               status.details)
+    r = post(ScriptedRouter(err), "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]})
+    assert r.status_code == 400
+    assert error_of(r)["param"] == "messages[0].role"
+
+
 def test_router_field_names_become_the_requests_own():
     cases = [("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 9},
               "max_tokens: prompt (5 tokens) + max_tokens (9) exceeds", "max_completion_tokens"),
