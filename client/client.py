@@ -5,8 +5,9 @@
         for chunk in c.generate(messages=[{"role": "user", "content": "Hi"}], max_tokens=32, temperature=0):
             print(chunk.text, end="")
 
-Sampling keywords are those of :class:`engine.params.SamplingParams` (max_tokens, temperature, top_p, stop, ...);
-without max_tokens the router lets the answer run to the end of the context.
+Sampling keywords are those of :class:`engine.params.SamplingParams` (max_tokens, temperature, top_p, stop, n,
+logprobs, ...); without max_tokens the router lets the answer run to the end of the context. With n > 1 the chunks
+of the samples interleave, each tagged with its ``index``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ class PdserveClient:
         return self.stub.Detokenize(router_pb2.DetokenizeRequest(model=model, token_ids=token_ids,
                                                                  skip_special_tokens=skip_special_tokens))
 
+    def abort(self, request_ids: list[str]) -> router_pb2.AbortResponse:
+        """Abort requests in flight by id (from any connection); says which ids were found."""
+        return self.stub.Abort(router_pb2.AbortRequest(request_ids=request_ids))
+
 
 class AsyncPdserveClient:
     def __init__(self, target: str = "127.0.0.1:50050") -> None:
@@ -139,3 +144,6 @@ class AsyncPdserveClient:
                          timeout: float | None = None) -> router_pb2.DetokenizeResponse:
         return await self.stub.Detokenize(router_pb2.DetokenizeRequest(
             model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens), timeout=timeout)
+
+    async def abort(self, request_ids: list[str], timeout: float | None = None) -> router_pb2.AbortResponse:
+        return await self.stub.Abort(router_pb2.AbortRequest(request_ids=request_ids), timeout=timeout)

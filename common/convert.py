@@ -7,6 +7,7 @@ field lists stay equal).
 
 from __future__ import annotations
 
+from engine.logprobs import TokenLogprobs
 from engine.params import SamplingParams
 from engine.stop import StepResult
 from protos import common_pb2
@@ -47,4 +48,13 @@ def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
 def token_step(token_ids: list[int], result: StepResult) -> common_pb2.TokenStep:
     stop_reason = "" if result.stop_reason is None else str(result.stop_reason)
     finish = result.finish_reason.value if result.finish_reason is not None else ""
-    return common_pb2.TokenStep(token_ids=token_ids, text=result.text, finish_reason=finish, stop_reason=stop_reason)
+    step = common_pb2.TokenStep(token_ids=token_ids, text=result.text, finish_reason=finish, stop_reason=stop_reason)
+    if result.logprobs is not None:
+        step.logprobs.append(logprobs_to_proto(result.logprobs))
+    return step
+
+
+def logprobs_to_proto(lp: TokenLogprobs) -> common_pb2.Logprobs:
+    return common_pb2.Logprobs(
+        sampled=common_pb2.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob), rank=lp.rank,
+        top=[common_pb2.TokenLogprob(token_id=t, logprob=v) for t, v in lp.top])

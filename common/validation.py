@@ -6,8 +6,6 @@ and forwards the sampling message unchanged.
 
 from __future__ import annotations
 
-import grpc
-
 from common.convert import sampling_from_proto
 from engine.params import InvalidParameter, SamplingParams, validate_request
 from protos import common_pb2
@@ -28,6 +26,3 @@ def check_worker_request(request_id: str, prompt_ids, sampling: common_pb2.Sampl
     check_request_id(request_id)
     return validate_request(prompt_ids, sampling_from_proto(sampling), vocab_size, context_length, ids_field)
 
-
-async def abort_invalid(context: grpc.aio.ServicerContext, exc: InvalidParameter) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

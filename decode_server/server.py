@@ -11,7 +11,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from common.convert import token_step
 from common.metrics import RPC_BUCKETS
-from common.validation import abort_invalid, check_worker_request
+from common.status import abort_exhausted, abort_invalid
+from common.validation import check_worker_request
 from common.worker import ITL, Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from engine.params import InvalidParameter
@@ -57,6 +58,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         rt = self.runtime
         prompt, params = check_worker_request(request.request_id, request.prompt_ids, request.sampling,
                                               rt.config.vocab_size, rt.config.context_length, "prompt_ids")
+        if params.n != 1:
+            raise InvalidParameter("sampling.n", "decode runs one sample per request (the router sends one per sample)")
         if request.colocated:
             return prompt, params
         if request.first_token >= rt.config.vocab_size:
@@ -101,7 +104,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 async for chunk in self._decode(seq, request, context):
                     yield chunk
         except WorkerFull as exc:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"decode {exc}")
+            await abort_exhausted(context, f"decode {exc}")
 
     async def _decode(self, seq: Sequence, request, context):
         fetch_s = transfer_modeled_s = 0.0
@@ -115,7 +118,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         try:
             job = self.worker.submit(seq)
         except KVBudgetExceeded as exc:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"decode: {exc}")
+            await abort_exhausted(context, f"decode: {exc}")
         finished = False
         try:
             first_chunk = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from engine.params import SamplingParams, validate_request
+from engine.params import InvalidParameter, SamplingParams, validate_request
 from engine.runtime import Runtime
 from engine.scheduler import Role, Scheduler, SchedulerConfig
 from engine.sequence import Sequence
@@ -27,6 +27,9 @@ class LLMEngine:
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
         c = self.runtime.config
         prompt_ids, params = validate_request(prompt_ids, params, c.vocab_size, c.context_length)
+        if params.n != 1:
+            raise InvalidParameter("n", "the in-process engine runs one sample per request: add one request per "
+                                        "sample with engine.params.sample_params(params, i)")
         seq = self.runtime.new_sequence(prompt_ids, params, request_id)
         self.scheduler.add(seq)
         return seq

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
+MAX_LOGPROBS = 20  # top alternatives per token, as vLLM's default max_logprobs
+MAX_SAMPLES = 16  # n: samples of one prompt
 
 
 class InvalidParameter(ValueError):
@@ -43,6 +45,11 @@ class SamplingParams:
     # repeated more than repetition_max_repeats times in a row. 0 turns the check off.
     repetition_max_repeats: int = 0
     repetition_max_period: int = 32
+    # Samples of the prompt, sharing its prefill (n > 1: sample i uses seed + i; see sample_params).
+    n: int = 1
+    # None: no log-probabilities. k >= 0: each token's log-probability and the k most likely alternatives
+    # (engine/logprobs.py says of which distribution).
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -86,7 +93,17 @@ class SamplingParams:
               f"must be in 0..1000, got {self.repetition_max_repeats}")
         check(1 <= self.repetition_max_period <= 256, "repetition_max_period",
               f"must be in 1..256, got {self.repetition_max_period}")
+        check(isinstance(self.n, int) and 1 <= self.n <= MAX_SAMPLES, "n", f"must be in 1..{MAX_SAMPLES}, got {self.n}")
+        check(self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS, "logprobs",
+              f"must be in 0..{MAX_LOGPROBS}, got {self.logprobs}")
         return self
+
+
+def sample_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The parameters of sample ``index`` of an n-sample request: one sample, seed + index (vLLM's rule for a seeded
+    n > 1 request), so each seeded sample equals a single-sample request with that seed."""
+    seed = None if params.seed is None else (params.seed + index) % 2**63
+    return replace(params, n=1, seed=seed)
 
 
 def check_token_ids(ids, vocab_size: int, field_name: str = "token_ids") -> list[int]:

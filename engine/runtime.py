@@ -16,7 +16,8 @@ from engine.default_model import resolve_model_path
 from engine.gguf_model import ModelConfig, load_gguf, read_metadata
 from engine.kv_cache import DEFAULT_BLOCK_TOKENS, KVSlab
 from engine.model import LlamaModel
-from engine.params import SamplingParams
+from engine.logprobs import token_logprobs
+from engine.params import SamplingParams, sample_params
 from engine.sampling import Sampler
 from engine.scheduler import Step, StepOutput
 from engine.sequence import Sequence
@@ -81,12 +82,21 @@ class Runtime:
         return self._slab
 
     def new_sequence(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
+        """A sequence; with ``params.n`` > 1 it carries n - 1 forks (samples 1..n-1, seeds seed + i) that share its
+        prompt KV and take their first token from the same logits (prefill role: the prompt is computed once)."""
+        seq = self._sequence(prompt_ids, params if params.n == 1 else sample_params(params, 0), request_id,
+                             self.model.new_kv(capacity=len(prompt_ids) + 1, block_tokens=self.block_tokens))
+        seq.forks = [self._sequence(prompt_ids, sample_params(params, i), seq.request_id, seq.kv)
+                     for i in range(1, params.n)]
+        return seq
+
+    def _sequence(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None, kv) -> Sequence:
         eos = self.tokenizer.eos_ids
         return Sequence(
             request_id=request_id or uuid.uuid4().hex,
             prompt_ids=list(prompt_ids),
             params=params,
-            kv=self.model.new_kv(capacity=len(prompt_ids) + 1, block_tokens=self.block_tokens),
+            kv=kv,
             sampler=Sampler(params, self.config.vocab_size, prompt_ids, eos),
             stop=StopChecker(params, eos, len(prompt_ids), self.config.context_length),
             detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids),
@@ -105,8 +115,12 @@ class Runtime:
         logits = self.model.prefill([seq.kv for seq, _ in chunks], [seq.pending_ids(n) for seq, n in chunks])
         results: list[StepResult | None] = []
         for row, (seq, _) in zip(logits, chunks):
-            samples_first = not seq.output_ids and seq.kv.length == len(seq.prompt_ids)
-            results.append(seq.append_token(seq.sampler.sample(row)) if samples_first else None)
+            if seq.output_ids or seq.kv.length < len(seq.prompt_ids):
+                results.append(None)
+                continue
+            for fork in seq.forks:  # the other samples of the prompt: first tokens from the same logits
+                fork.first_result = self._take(fork, row, fork.sampler.sample(row))
+            results.append(self._take(seq, row, seq.sampler.sample(row)))
         return results
 
     def decode_step(self, seqs: list[Sequence]) -> list[StepResult]:
@@ -115,7 +129,7 @@ class Runtime:
         for seq in seqs:
             slab.place(seq.kv, seq.kv.length + 1)
         logits = self.model.decode_step([s.kv for s in seqs], [s.last_token for s in seqs], slab)
-        return [seq.append_token(token) for seq, token in zip(seqs, self._sample(seqs, logits))]
+        return [self._take(seq, row, token) for seq, row, token in zip(seqs, logits, self._sample(seqs, logits))]
 
     def execute(self, step: Step) -> StepOutput:
         """Both phases of a scheduled step, prompt chunks first (what the in-process engine runs)."""
@@ -128,6 +142,14 @@ class Runtime:
             self._slab.free(seq.kv)
         else:
             seq.kv.clear()
+
+    @staticmethod
+    def _take(seq: Sequence, logits: np.ndarray, token: int) -> StepResult:
+        """Record a sampled token; with its log-probabilities when the request asks for them."""
+        result = seq.append_token(token)
+        if seq.params.logprobs is not None:
+            result.logprobs = token_logprobs(logits, token, seq.params.logprobs)
+        return result
 
     @staticmethod
     def _sample(seqs: list[Sequence], logits: np.ndarray) -> list[int]:

@@ -27,6 +27,10 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
+    # n > 1 at prefill: samples 1..n-1 of the prompt, sharing this sequence's KV (Runtime.new_sequence); each one's
+    # first_result is the StepResult of its first token
+    forks: list["Sequence"] = field(default_factory=list)
+    first_result: StepResult | None = None
 
     @property
     def finished(self) -> bool:

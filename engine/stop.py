@@ -4,6 +4,7 @@ The sequence calls :meth:`StopChecker.step` once per new token with its output i
 that token's text delta. The checker
 
 - ends on EOS / end-of-turn (unless ``ignore_eos``) and on ``stop_token_ids``; their text is not emitted;
+- reports vLLM's ``stop_reason``: the stop string or ``stop_token_ids`` entry that matched, None for EOS / end of turn;
 - matches stop strings across token boundaries, searching only the new tail plus an overlap window;
 - holds back exactly the suffix that could still grow into a stop string, and releases it as soon as it cannot;
 - ends on ``max_tokens``, the model's context length, and on a repeating token loop (``repetition``);
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from engine.logprobs import TokenLogprobs
 from engine.params import SamplingParams
 
 
@@ -32,7 +34,8 @@ class FinishReason(str, Enum):
 class StepResult:
     text: str  # text that may be streamed now
     finish_reason: FinishReason | None = None
-    stop_reason: str | int | None = None  # the matched stop string or stop token id
+    stop_reason: str | int | None = None  # the matched stop string or stop_token_ids entry; None for EOS
+    logprobs: TokenLogprobs | None = None  # of the token just generated, when the request asks for them
 
     @property
     def finished(self) -> bool:
@@ -74,10 +77,10 @@ class StopChecker:
         token_id = output_ids[-1]
         generated = len(output_ids)
         past_min = generated > p.min_tokens
-        if past_min and token_id in self.eos_ids:
-            return self._finish(FinishReason.STOP, token_id)
         if past_min and token_id in self.stop_ids:
             return self._finish(FinishReason.STOP, token_id)
+        if past_min and token_id in self.eos_ids:
+            return self._finish(FinishReason.STOP)  # vLLM: no stop_reason for EOS / end of turn
 
         previous_len = len(self.text)
         self.text += text_delta

@@ -62,6 +62,19 @@ class ChatTemplate:
         return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **extra)
 
 
+def _byte_alphabet() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2's scheme): printable Latin-1 bytes stand for
+    themselves, the other bytes for the code points from 256 up, in byte order. Returns character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    mapping = {chr(b): b for b in printable}
+    mapping.update({chr(256 + i): b for i, b in enumerate(others)})
+    return mapping
+
+
+_UNICODE_TO_BYTE = _byte_alphabet()
+
+
 class GGUFTokenizer:
     """Byte-level BPE tokenizer of a GGUF model."""
 
@@ -105,6 +118,14 @@ class GGUFTokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token stands for: its vocabulary entry through the byte-level alphabet (control and added
+        tokens: their own UTF-8 spelling)."""
+        token = self.tokens[token_id]
+        if token_id in self.control_ids or any(c not in _UNICODE_TO_BYTE for c in token):
+            return token.encode()
+        return bytes(_UNICODE_TO_BYTE[c] for c in token)
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         ids = self._tok.encode(text, add_special_tokens=False).ids

@@ -11,6 +11,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from common.metrics import RPC_BUCKETS, set_process_info
 
 from common.server import serve, setup_logging
+from common.status import abort_code, abort_exhausted
 from common.config import FlagParser, service_parser
 from kvstore.wire import chunks_of
 from kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
@@ -63,17 +64,17 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
     async def _check_keys(keys, context) -> list[str]:
         keys = list(keys)
         if len(keys) > MAX_KEYS_PER_CALL:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"keys: at most {MAX_KEYS_PER_CALL} per call")
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, f"keys: at most {MAX_KEYS_PER_CALL} per call")
         for key in keys:
             if not key or len(key) > MAX_KEY_CHARS:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                     f"keys: each key must have 1..{MAX_KEY_CHARS} characters")
         return keys
 
     @staticmethod
     async def _check_ttl(ttl: float, context, required: bool) -> float:
         if (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                 f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
         return ttl
 
@@ -94,7 +95,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         async def finish_block() -> None:
             nonlocal stored, duplicates, header, parts, received
             if received != header.nbytes:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                     f"data: block {header.key} got {received} of {header.nbytes} bytes")
             try:
                 new = self.store.put(header.key, header.token_count, b"".join(parts), header.crc32, lease_id, ttl)
@@ -102,7 +103,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 CHECKSUM_FAILURES.inc()
                 await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
             except StoreFull as exc:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+                await abort_exhausted(context, str(exc))
             stored += new
             duplicates += not new
             PUT_BYTES.inc(received)
@@ -119,18 +120,18 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 h = chunk.header
                 await self._check_keys([h.key], context)
                 if not 1 <= h.token_count <= 1 << 20:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                    await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                         f"header.token_count: must be at least 1, got {h.token_count}")
                 if not 0 < h.nbytes <= MAX_BLOCK_BYTES:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                    await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                         f"header.nbytes: must be in 1..{MAX_BLOCK_BYTES}, got {h.nbytes}")
                 header = h
             elif chunk.HasField("data"):
                 if header is None:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "data: sent before any header")
+                    await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, "data: sent before any header")
                 received += len(chunk.data)
                 if received > header.nbytes:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                    await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                         f"data: block {header.key} exceeds its declared {header.nbytes} bytes")
                 parts.append(chunk.data)
         if header is not None:
@@ -174,7 +175,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
     async def Acquire(self, request, context):
         keys = await self._check_keys(request.keys, context)
         if not request.lease_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
         ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
         with OP_SECONDS.labels("acquire").time():
             n = self.store.acquire(keys, request.lease_id, ttl)

@@ -122,6 +122,8 @@ def renamer(chat: bool, max_tokens_field: str):
             return "messages" if chat else "prompt"
         if field == "request_id":
             return "x-request-id"
+        if field == "logprobs" and chat:
+            return "top_logprobs"
         return field
     return rename
 
@@ -159,7 +161,7 @@ class Edge:
         card = await self.card()
         kwargs = dict(prompt, model=body.model, request_id=request_id, **body.sampling())
         shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), kwargs.get("stop_token_ids", []),
-                        card.fingerprint)
+                        card.fingerprint, logprobs=kwargs["logprobs"] is not None)
         rename = renamer(chat, body.max_tokens_field())
         headers = {"x-request-id": request_id}
         if not body.stream:
@@ -183,11 +185,11 @@ class Edge:
     async def _events(self, call, chunks: AsyncIterator, chunk, shaper: Shaper, include_usage: bool,
                       rename) -> AsyncIterator[str]:
         """Server-sent events: one per router chunk, the usage chunk if asked, ``[DONE]``."""
-        first, last = True, None
+        last = None
         try:
             while chunk is not None:
-                yield sse(shaper.chunk(chunk, first, include_usage))
-                first, last = False, chunk
+                yield sse(shaper.chunk(chunk, include_usage))
+                last = chunk
                 chunk = await anext(chunks, None)
             if include_usage and last is not None:
                 yield sse(shaper.usage_chunk(last))

@@ -1,15 +1,16 @@
 """Errors as OpenAI's clients expect them: ``{"error": {"message", "type", "param", "code"}}`` with a matching status.
 
-Router errors arrive as gRPC status codes whose details start with the field name (``max_tokens: ...``); the field
-becomes ``param``, renamed to the OpenAI request's spelling.
+Router errors arrive as gRPC status codes; an invalid field is named by the rich status's BadRequest.FieldViolation
+(or, from a peer without it, by the ``field: `` the details start with) and becomes ``param``, renamed to the OpenAI
+request's spelling.
 """
 
 from __future__ import annotations
 
-import re
-
 import grpc
 from fastapi.responses import JSONResponse
+
+from common.status import violated_field
 
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -27,7 +28,6 @@ HTTP_STATUS = {
 }
 ERROR_TYPE = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error",
               503: "service_unavailable_error", 504: "timeout_error"}
-FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): ")
 
 
 class ApiError(Exception):
@@ -49,11 +49,11 @@ def from_grpc(err: grpc.aio.AioRpcError, rename=lambda field: field) -> ApiError
     """The HTTP error for a failed router call; ``rename`` maps router field names to the request's."""
     status = HTTP_STATUS.get(err.code(), 500)
     details = err.details() or err.code().name
-    match = FIELD_PREFIX.match(details)
+    field = violated_field(err) if status in (400, 409) else None
     param = None
-    if match and status in (400, 409):
-        param = rename(match.group(1))
-        details = f"{param}: {details[match.end():]}"
+    if field is not None:
+        param = rename(field)
+        details = f"{param}: {details.removeprefix(field + ': ')}"
     return ApiError(status, details, param, err.code().name.lower())
 
 

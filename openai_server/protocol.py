@@ -1,7 +1,7 @@
 """Request bodies as OpenAI (and vLLM's extras) name them, parsed strictly: a wrong type is a 400 naming the field.
 
-Fields pdserve cannot serve yet are accepted only at their neutral value (e.g. ``n`` = 1); anything else is a 400
-that names the field, so a client never silently gets less than it asked for. Unknown fields are ignored, as OpenAI
+Fields pdserve cannot serve yet are accepted only at their neutral value (e.g. ``best_of`` = 1); anything else is a
+400 that names the field, so a client never silently gets less than it asked for. Unknown fields are ignored, as OpenAI
 and vLLM do.
 """
 
@@ -34,7 +34,7 @@ class SamplingFields(Body):
     max_tokens: UInt32 | None = None
     temperature: float | None = None
     top_p: float | None = None
-    n: int | None = None
+    n: UInt32 | None = None  # the router checks the range (1..16)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
@@ -57,8 +57,6 @@ class SamplingFields(Body):
 
     def check_supported(self) -> None:
         """400 for what pdserve cannot serve yet (the README lists these)."""
-        if self.n not in (None, 1):
-            raise ApiError.invalid("n", "only n = 1 is supported")
         if self.logit_bias:
             raise ApiError.invalid("logit_bias", "is not supported")
         if not self.skip_special_tokens:
@@ -71,8 +69,8 @@ class SamplingFields(Body):
 
     def sampling(self) -> dict[str, Any]:
         """Keyword arguments for the router client; unset fields keep the router's defaults."""
-        out: dict[str, Any] = {"max_tokens": self.max_output_tokens()}
-        for name in ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "top_k", "min_p",
+        out: dict[str, Any] = {"max_tokens": self.max_output_tokens(), "logprobs": self.top_logprobs_wanted()}
+        for name in ("n", "temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "top_k", "min_p",
                      "repetition_penalty", "stop_token_ids"):
             value = getattr(self, name)
             if value is not None:
@@ -87,27 +85,32 @@ class SamplingFields(Body):
     def max_output_tokens(self) -> int | None:
         return self.max_tokens
 
+    def top_logprobs_wanted(self) -> int | None:
+        """The router's ``logprobs``: None for none, else how many alternatives per token."""
+        return None
+
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
 
 class CompletionRequest(SamplingFields):
     prompt: str | TokenIds | list[str] | list[TokenIds]
-    logprobs: int | None = None
+    logprobs: UInt32 | None = None  # alternatives per token (OpenAI allows up to 5, pdserve as vLLM up to 20)
     echo: bool = False
     best_of: int | None = None
     suffix: str | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.logprobs is not None:
-            raise ApiError.invalid("logprobs", "is not supported yet")
         if self.echo:
             raise ApiError.invalid("echo", "is not supported")
         if self.best_of not in (None, 1):
             raise ApiError.invalid("best_of", "only best_of = 1 is supported")
         if self.suffix:
             raise ApiError.invalid("suffix", "is not supported")
+
+    def top_logprobs_wanted(self) -> int | None:
+        return self.logprobs
 
     def prompt_kwargs(self) -> dict[str, Any]:
         """One prompt as the router client takes it: ``prompt=`` text or ``token_ids=``."""
@@ -157,17 +160,15 @@ class ChatCompletionRequest(SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: UInt32 | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: UInt32 | None = None  # alternatives per token, 0..20 (needs logprobs)
     tools: list[Any] | None = None
     tool_choice: Any = None
     response_format: ResponseFormat | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.logprobs:
-            raise ApiError.invalid("logprobs", "is not supported yet")
-        if self.top_logprobs:
-            raise ApiError.invalid("top_logprobs", "is not supported yet")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError.invalid("top_logprobs", "needs logprobs set to true")
         if self.tools:
             raise ApiError.invalid("tools", "tool calling is not supported")
         if self.tool_choice not in (None, "none"):
@@ -177,6 +178,9 @@ class ChatCompletionRequest(SamplingFields):
 
     def max_tokens_field(self) -> str:
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+
+    def top_logprobs_wanted(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def max_output_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -1,5 +1,9 @@
 """Router answers as OpenAI response objects, plus pdserve's extras.
 
+Several samples (``n``) are choices by index; streamed, their chunks interleave, one choice per chunk.
+Log-probabilities are OpenAI's shapes: chat's ``logprobs.content`` (token, logprob, bytes, top_logprobs), completions'
+``tokens`` / ``token_logprobs`` / ``top_logprobs`` / ``text_offset``.
+
 Extras (ignored by OpenAI clients, readable from the JSON): each choice's ``stop_reason`` (vLLM's field: the stop
 string or token id that ended the answer) and ``pdserve_finish_reason`` (pdserve's own reason, e.g. ``repetition``);
 a top-level ``pdserve`` object with the request id and the timings in both clocks.
@@ -49,18 +53,30 @@ def extras(last: router_pb2.GenerateChunk | router_pb2.GenerateResponse) -> dict
     return {"request_id": last.request_id, "timings": timings(last.timings)}
 
 
+def _logprob(value: float) -> float:
+    """JSON has no -Infinity: a token the model rules out gets OpenAI's -9999.0."""
+    return max(value, -9999.0)
+
+
+def _chat_entry(t: common_pb2.TokenLogprob) -> dict[str, Any]:
+    return {"token": t.token, "logprob": _logprob(t.logprob), "bytes": list(t.token_bytes)}
+
+
 class Shaper:
-    """Builds the response objects of one request (completions or chat, streamed or whole)."""
+    """Builds the response objects of one request (completions or chat, streamed or whole, n samples)."""
 
     def __init__(self, chat: bool, request_id: str, model: str, stops: list[str], stop_ids: list[int],
-                 fingerprint: str = "") -> None:
+                 fingerprint: str = "", logprobs: bool = False) -> None:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.model = model
         self.stops = stops
         self.stop_ids = stop_ids
         self.fingerprint = fingerprint
+        self.logprobs = logprobs
         self.created = int(time.time())
+        self._started: set[int] = set()  # samples whose first chunk went out (chat: it carries the role)
+        self._bytes: dict[int, bytes] = {}  # completions: each sample's token bytes so far (for text_offset)
 
     def _envelope(self, obj: str, choices: list[dict]) -> dict[str, Any]:
         out = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
@@ -68,30 +84,54 @@ class Shaper:
             out["system_fingerprint"] = self.fingerprint
         return out
 
-    def _choice(self, text: str | None, reason: str, stop: str, *, delta: bool, first: bool = False) -> dict:
+    def _logprobs(self, index: int, entries) -> dict[str, Any] | None:
+        """OpenAI's logprobs object for these tokens: chat's ``content`` list, or completions' parallel lists."""
+        if not self.logprobs:
+            return None
         if self.chat:
+            return {"content": [dict(_chat_entry(lp.sampled), top_logprobs=[_chat_entry(t) for t in lp.top])
+                                for lp in entries]}
+        out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for lp in entries:
+            done = self._bytes.get(index, b"")
+            out["text_offset"].append(len(done.decode("utf-8", errors="ignore")))
+            self._bytes[index] = done + lp.sampled.token_bytes
+            out["tokens"].append(lp.sampled.token)
+            out["token_logprobs"].append(_logprob(lp.sampled.logprob))
+            out["top_logprobs"].append({t.token: _logprob(t.logprob) for t in lp.top})
+        return out
+
+    def _choice(self, c: router_pb2.Choice | router_pb2.GenerateChunk, *, delta: bool) -> dict:
+        text, reason = c.text, c.finish_reason
+        logprobs = self._logprobs(c.index, c.logprobs)
+        if self.chat:
+            first = delta and c.index not in self._started
+            self._started.add(c.index)
             content = {"role": "assistant"} if first or not delta else {}
             if text or first or not delta:
                 content["content"] = text
-            choice = {"index": 0, ("delta" if delta else "message"): content, "logprobs": None}
+            choice = {"index": c.index, ("delta" if delta else "message"): content, "logprobs": logprobs}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None}
+            choice = {"index": c.index, "text": text, "logprobs": logprobs}
         choice["finish_reason"] = finish_reason(reason)
         if reason:
-            choice["stop_reason"] = stop_reason(stop, self.stops, self.stop_ids)
+            choice["stop_reason"] = stop_reason(c.stop_reason, self.stops, self.stop_ids)
             choice["pdserve_finish_reason"] = reason
         return choice
 
     def whole(self, r: router_pb2.GenerateResponse) -> dict[str, Any]:
         obj = "chat.completion" if self.chat else "text_completion"
-        out = self._envelope(obj, [self._choice(r.text, r.finish_reason, r.stop_reason, delta=False)])
+        choices = list(r.choices) or [router_pb2.Choice(  # a router from before n > 1
+            token_ids=r.token_ids, text=r.text, finish_reason=r.finish_reason, stop_reason=r.stop_reason,
+            logprobs=r.logprobs)]
+        out = self._envelope(obj, [self._choice(c, delta=False) for c in choices])
         out["usage"] = usage(r.usage)
         out["pdserve"] = extras(r)
         return out
 
-    def chunk(self, c: router_pb2.GenerateChunk, first: bool, include_usage: bool) -> dict[str, Any]:
+    def chunk(self, c: router_pb2.GenerateChunk, include_usage: bool) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        out = self._envelope(obj, [self._choice(c.text, c.finish_reason, c.stop_reason, delta=True, first=first)])
+        out = self._envelope(obj, [self._choice(c, delta=True)])
         if include_usage:
             out["usage"] = None
         if c.finish_reason:

@@ -12,7 +12,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from common.convert import token_step
 from common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
-from common.validation import abort_invalid, check_worker_request
+from common.status import abort_code, abort_exhausted, abort_invalid
+from common.validation import check_worker_request
 from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_cache import block_keys, tail_block_key
 from engine.params import InvalidParameter
@@ -73,7 +74,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                 return await self._prefill(request.request_id, ids, params, ttl, context)
         except WorkerFull as exc:
             REQUESTS.labels("rejected").inc()
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"prefill {exc}")
+            await abort_exhausted(context, f"prefill {exc}")
 
     async def _prefill(self, request_id: str, ids: list[int], params, ttl: float, context):
         PROMPT_TOKENS.inc(len(ids))
@@ -108,7 +109,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             code = exc.code() if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.UNAVAILABLE
-            await context.abort(code, f"kvstore: {exc.details()}")
+            await abort_code(context, code, f"kvstore: {exc.details()}")
         except Exception as exc:  # the model step failed
             await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
@@ -120,7 +121,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         KV_SECONDS.observe(io_s)
         REQUESTS.labels("ok").inc()
         return prefill_pb2.PrefillReply(
-            first=token_step(token_ids, first), kv=handle, cached_tokens=cached, queue_wall_s=job.queue_wall_s,
+            first=token_step(token_ids, first), forks=[token_step(f.output_ids, f.first_result) for f in seq.forks],
+            kv=handle, cached_tokens=cached, queue_wall_s=job.queue_wall_s,
             compute_wall_s=job.compute_wall_s, kv_store_wall_s=io_s, modeled_s=job.prefill_modeled_s,
             queue_modeled_s=job.queue_modeled_s)
 

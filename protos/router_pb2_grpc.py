@@ -60,6 +60,11 @@ class RouterStub:
                 request_serializer=protos_dot_router__pb2.DetokenizeRequest.SerializeToString,
                 response_deserializer=protos_dot_router__pb2.DetokenizeResponse.FromString,
                 _registered_method=True)
+        self.Abort = channel.unary_unary(
+                '/pdserve.v1.Router/Abort',
+                request_serializer=protos_dot_router__pb2.AbortRequest.SerializeToString,
+                response_deserializer=protos_dot_router__pb2.AbortResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -101,6 +106,14 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Abort(self, request, context):
+        """Aborts requests in flight by id, from any connection (e.g. a proxy whose client went away): their streams end
+        with finish_reason "abort", their decode sequences stop (KV freed) and their KV leases are released.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +141,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Detokenize,
                     request_deserializer=protos_dot_router__pb2.DetokenizeRequest.FromString,
                     response_serializer=protos_dot_router__pb2.DetokenizeResponse.SerializeToString,
+            ),
+            'Abort': grpc.unary_unary_rpc_method_handler(
+                    servicer.Abort,
+                    request_deserializer=protos_dot_router__pb2.AbortRequest.FromString,
+                    response_serializer=protos_dot_router__pb2.AbortResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +284,33 @@ class Router:
             '/pdserve.v1.Router/Detokenize',
             protos_dot_router__pb2.DetokenizeRequest.SerializeToString,
             protos_dot_router__pb2.DetokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Abort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pdserve.v1.Router/Abort',
+            protos_dot_router__pb2.AbortRequest.SerializeToString,
+            protos_dot_router__pb2.AbortResponse.FromString,
             options,
             channel_credentials,
             insecure,

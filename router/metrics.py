@@ -65,14 +65,16 @@ def record_unfinished(model_name: str, reason: str) -> None:
 
 
 def record_finished(model_name: str, reason: str, usage: common_pb2.Usage, t: common_pb2.Timings,
-                    prefill_queue_wall_s: float, prefill_queue_modeled_s: float) -> None:
-    """Everything the router counts when a request ends with a finish reason."""
+                    prefill_queue_wall_s: float, prefill_queue_modeled_s: float, count_prompt: bool = True) -> None:
+    """Everything the router counts when a request (or one of its samples) ends with a finish reason; the prompt
+    of an n-sample request counts once (``count_prompt`` for sample 0 only)."""
     m = model_name
     REQUESTS.labels(m, reason).inc()
-    PROMPT_TOKENS.labels(m).inc(usage.prompt_tokens)
     GENERATION_TOKENS.labels(m).inc(usage.completion_tokens)
-    CACHED_TOKENS.labels(m).inc(usage.cached_prompt_tokens)
-    PROMPT_LEN.labels(m).observe(usage.prompt_tokens)
+    if count_prompt:
+        PROMPT_TOKENS.labels(m).inc(usage.prompt_tokens)
+        CACHED_TOKENS.labels(m).inc(usage.cached_prompt_tokens)
+        PROMPT_LEN.labels(m).observe(usage.prompt_tokens)
     GEN_LEN.labels(m).observe(usage.completion_tokens)
     TTFT.observe(t.ttft_wall_s, t.ttft_modeled_s, m)
     E2E.observe(t.e2e_wall_s, t.e2e_modeled_s, m)

@@ -9,6 +9,25 @@ from protos import common_pb2, decode_pb2, prefill_pb2
 
 
 @dataclass
+class Inflight:
+    """A request in flight, as the Abort RPC sees it: the upstream calls it opened, to cancel from another RPC."""
+
+    calls: list = field(default_factory=list)  # grpc.aio calls (cancelling a finished one is a no-op)
+    aborted: bool = False
+
+    def track(self, call) -> None:
+        self.calls.append(call)
+        if self.aborted:  # aborted between two calls: this one must not run either
+            call.cancel()
+
+    def abort(self) -> None:
+        """Cancel every call: whatever the request awaits raises CancelledError, the workers free its KV."""
+        self.aborted = True
+        for call in self.calls:
+            call.cancel()
+
+
+@dataclass
 class RequestState:
     request_id: str
     prompt_len: int
@@ -22,6 +41,7 @@ class RequestState:
     kv_store_s: float = 0.0
     kv_fetch_s: float = 0.0
     lease_id: str = ""  # prefill's lease, until a decode worker has taken the KV (it releases it then)
+    finish_reason: str = ""  # set once the sample's last chunk went out
     # modeled clock, as reported by the workers
     queue_modeled_s: float = 0.0
     prefill_modeled_s: float = 0.0
@@ -76,6 +96,12 @@ class RequestState:
             kv_transfer_modeled_s=self.kv_transfer_modeled_s)
 
     def usage(self) -> common_pb2.Usage:
-        return common_pb2.Usage(prompt_tokens=self.prompt_len, completion_tokens=self.completion_tokens,
-                                cached_prompt_tokens=self.cached_tokens,
-                                total_tokens=self.prompt_len + self.completion_tokens)
+        return total_usage([self])
+
+
+def total_usage(samples: list[RequestState]) -> common_pb2.Usage:
+    """One request's usage over its samples: the prompt (prefilled once) counted once, every sample's tokens."""
+    first = samples[0]
+    completion = sum(s.completion_tokens for s in samples)
+    return common_pb2.Usage(prompt_tokens=first.prompt_len, completion_tokens=completion,
+                            cached_prompt_tokens=first.cached_tokens, total_tokens=first.prompt_len + completion)

@@ -10,16 +10,20 @@ from dataclasses import dataclass
 import grpc
 
 from common.metrics import request_id_var
-from common.validation import abort_invalid, check_request_id
+from common.convert import sampling_from_proto, sampling_to_proto
+from common.status import abort_code, abort_exhausted, abort_invalid
+from common.validation import check_request_id
 from engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys
-from engine.params import InvalidParameter
+from engine.params import InvalidParameter, sample_params
 from engine.tokenizer import GGUFTokenizer
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 from router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from router.policy import PrefillPolicy
 from router.prompt import RequestValidator
-from router.request_state import RequestState
+from router.request_state import Inflight, RequestState, total_usage
+from router.streams import merge
+from router.tokens import TokenPieces
 from router.tokenize import TokenizeRPCs
 from router.upstream import UpstreamError, prefill_with_retries, relay_decode
 from router.workers import WorkerPool
@@ -50,7 +54,10 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         self.policy = policy
         self.kv = kv
         self.inflight = 0
-        self.active_ids: set[str] = set()  # workers key leases and tail blocks by request id: one request per id
+        # requests in flight by id, with their upstream calls (for Abort); workers key leases and tail blocks by
+        # request id: one request per id
+        self.active: dict[str, Inflight] = {}
+        self.pieces = TokenPieces(tokenizer)
 
     async def ListModels(self, request, context):
         c = self.config
@@ -63,27 +70,35 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         try:
             if request_id:
                 check_request_id(request_id)
-            ids, _ = self.validator.validate(request)
+            ids, params = self.validator.validate(request)
         except InvalidParameter as exc:
             REJECTED.labels("invalid").inc()
             await abort_invalid(context, exc)
         if self.inflight >= self.config.max_inflight:
             REJECTED.labels("router_full").inc()
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
-        if request_id in self.active_ids:
+            await abort_exhausted(context, f"router is at its limit of {self.config.max_inflight} requests in flight; "
+                                           f"retry later")
+        if request_id in self.active:
             REJECTED.labels("duplicate_id").inc()
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")
-        state = RequestState(request_id or uuid.uuid4().hex, len(ids), colocated=self.config.colocated)
-        request_id_var.set(state.request_id)  # for this RPC's log lines
-        self.active_ids.add(state.request_id)
+        request_id = request_id or uuid.uuid4().hex
+        samples = [RequestState(request_id, len(ids), colocated=self.config.colocated) for _ in range(params.n)]
+        request_id_var.set(request_id)  # for this RPC's log lines
+        inflight = self.active[request_id] = Inflight()
         self.inflight += 1
         INFLIGHT.inc()
-        outcome = "abort"  # unless it finishes, is refused or fails below: the caller went away
+        outcome = "abort"  # unless every sample finishes, is refused or fails below: the caller went away
         try:
-            async for chunk in self._serve(state, ids, request.sampling, context):
-                if chunk.finish_reason:
+            async for chunk in self._serve(samples, ids, request.sampling, context, inflight.track):
+                if all(s.finish_reason for s in samples):
                     outcome = ""
+                yield chunk
+        except asyncio.CancelledError:
+            if not inflight.aborted:
+                raise  # the client cancelled: nothing more to send
+            log.info("aborted by an Abort call")
+            outcome = ""  # each unfinished sample ends with an abort chunk, counted as a finish reason
+            for chunk in self._abort_chunks(samples):
                 yield chunk
         except UpstreamError as exc:
             if exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -91,59 +106,141 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 outcome = ""
             else:
                 outcome = "error"
-            await context.abort(exc.code, str(exc))
+            await abort_code(context, exc.code, str(exc))
         finally:
-            self.active_ids.discard(state.request_id)
+            del self.active[request_id]
             self.inflight -= 1
             INFLIGHT.dec()
             if outcome:
                 record_unfinished(self.config.model_name, outcome)
-            if state.lease_id and self.kv is not None:  # e.g. cancelled between prefill and decode
-                asyncio.ensure_future(self.kv.release_quietly(state.lease_id))
+            for lease in {s.lease_id for s in samples if s.lease_id}:  # e.g. cancelled between prefill and decode
+                if self.kv is not None:
+                    asyncio.ensure_future(self.kv.release_quietly(lease))
 
     async def Complete(self, request, context):
-        chunks = [c async for c in self.Generate(request, context)]
-        last = chunks[-1]
+        choices: dict[int, router_pb2.Choice] = {}
+        last = None
+        async for chunk in self.Generate(request, context):
+            choice = choices.setdefault(chunk.index, router_pb2.Choice(index=chunk.index))
+            choice.token_ids.extend(chunk.token_ids)
+            choice.text += chunk.text
+            choice.logprobs.extend(chunk.logprobs)
+            if chunk.finish_reason:
+                choice.finish_reason, choice.stop_reason = chunk.finish_reason, chunk.stop_reason
+                choice.timings.CopyFrom(chunk.timings)
+            last = chunk
+        ordered = [choices[i] for i in sorted(choices)]
+        first = ordered[0]
         return router_pb2.GenerateResponse(
-            request_id=last.request_id, token_ids=[t for c in chunks for t in c.token_ids],
-            text="".join(c.text for c in chunks), finish_reason=last.finish_reason, stop_reason=last.stop_reason,
-            usage=last.usage, timings=last.timings)
+            request_id=last.request_id, token_ids=first.token_ids, text=first.text, finish_reason=first.finish_reason,
+            stop_reason=first.stop_reason, usage=last.usage, timings=first.timings, logprobs=first.logprobs,
+            choices=ordered)
+
+    async def Abort(self, request, context):
+        aborted, not_found = [], []
+        for request_id in request.request_ids:
+            inflight = self.active.get(request_id)
+            if inflight is None or inflight.aborted:
+                not_found.append(request_id)
+            else:
+                inflight.abort()
+                aborted.append(request_id)
+        return router_pb2.AbortResponse(aborted=aborted, not_found=not_found)
 
     # --- the request path -------------------------------------------------------------------------------------------
-    async def _serve(self, state: RequestState, ids: list[int], sampling: common_pb2.SamplingParams, context):
-        """Prefill, then decode; the sampling message goes to the workers as the client sent it (already checked)."""
-        if self.config.colocated:
-            request = decode_pb2.DecodeRequest(request_id=state.request_id, prompt_ids=ids, sampling=sampling,
-                                               colocated=True)
-            async for chunk in self._relay(state, request, context):
+    async def _serve(self, samples: list[RequestState], ids: list[int], sampling: common_pb2.SamplingParams, context,
+                     track):
+        """Prefill once, then decode each sample; the sampling message goes to the workers as the client sent it
+        (already checked), except that each decode request carries its own sample's parameters (n > 1). ``track``
+        is shown every upstream call (Inflight.track)."""
+        n = len(samples)
+        request_id = samples[0].request_id
+        if self.config.colocated:  # each decode worker prefills for itself: the prompt is computed once per sample
+            requests = {i: decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, colocated=True,
+                                                    sampling=sample_sampling(sampling, i, n)) for i in range(n)}
+            async for chunk in self._relay_all(samples, requests, context, track):
                 yield chunk
             return
         keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens)
-        prefill_request = prefill_pb2.PrefillRequest(request_id=state.request_id, token_ids=ids, sampling=sampling,
+        prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                      lease_ttl_s=self.config.lease_ttl_s)
         reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
-                                           self.config.prefill_retries, context.time_remaining())
-        state.took_prefill(reply)
-        yield self._chunk(state, reply.first)
-        if reply.first.finish_reason:
-            return
-        request = decode_pb2.DecodeRequest(request_id=state.request_id, prompt_ids=ids,
-                                           first_token=reply.first.token_ids[0], kv=reply.kv, sampling=sampling)
-        async for chunk in self._relay(state, request, context):
+                                           self.config.prefill_retries, context.time_remaining(), track)
+        firsts = [reply.first, *reply.forks]
+        for state in samples:
+            state.took_prefill(reply)
+        for i in range(1, n):  # sample 0 decodes under prefill's lease, the others under their own
+            samples[i].lease_id = "" if firsts[i].finish_reason else f"{request_id}#{i}"  # released at the end
+            if samples[i].lease_id:
+                await self._lease_copy(reply.kv, samples[i].lease_id)
+        for i, first in enumerate(firsts):
+            yield self._chunk(samples, i, first)
+        requests = {}
+        for i, first in enumerate(firsts):
+            if not first.finish_reason:
+                handle = common_pb2.KVHandle()
+                handle.CopyFrom(reply.kv)
+                handle.lease_id = samples[i].lease_id
+                requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
+                                                       first_token=first.token_ids[0],
+                                                       sampling=sample_sampling(sampling, i, n))
+        async for chunk in self._relay_all(samples, requests, context, track):
             yield chunk
 
-    async def _relay(self, state: RequestState, request: decode_pb2.DecodeRequest, context):
-        async for chunk in relay_decode(self.decode, request, context.time_remaining()):
-            state.took_decode_chunk(chunk)
-            yield self._chunk(state, chunk.step)
+    async def _lease_copy(self, handle: common_pb2.KVHandle, lease_id: str) -> None:
+        """Another lease on a prefilled request's blocks, for a second sample's decode to take (and release)."""
+        if self.kv is None:
+            raise UpstreamError(grpc.StatusCode.FAILED_PRECONDITION, "sampling.n: n > 1 needs the router's --kvstore")
+        held = await self.kv.acquire(list(handle.block_keys), lease_id, self.config.lease_ttl_s)
+        if held < len(handle.block_keys):
+            await self.kv.release_quietly(lease_id)
+            raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "kvstore: the prefilled blocks are gone before decode")
 
-    def _chunk(self, state: RequestState, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:
+    async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context,
+                         track):
+        """Every sample's decode stream, merged as chunks arrive. A chunk is counted when it is passed on (not when
+        it arrives), so that usage after an abort counts exactly the tokens the client got."""
+        async def one(i: int, request: decode_pb2.DecodeRequest):
+            async for chunk in relay_decode(self.decode, request, context.time_remaining(), track):
+                yield i, chunk
+
+        async for i, chunk in merge([one(i, r) for i, r in requests.items()]):
+            samples[i].took_decode_chunk(chunk)
+            yield self._chunk(samples, i, chunk.step)
+
+    def _chunk(self, samples: list[RequestState], index: int, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:
+        state = samples[index]
         state.took_tokens(len(step.token_ids))
         chunk = router_pb2.GenerateChunk(request_id=state.request_id, token_ids=step.token_ids, text=step.text,
-                                         finish_reason=step.finish_reason, stop_reason=step.stop_reason)
+                                         finish_reason=step.finish_reason, stop_reason=step.stop_reason,
+                                         logprobs=self.pieces.spell(step.logprobs), index=index)
         if step.finish_reason:
-            chunk.usage.CopyFrom(state.usage())
-            chunk.timings.CopyFrom(state.timings())
-            record_finished(self.config.model_name, step.finish_reason, chunk.usage, chunk.timings,
-                            *state.queue_before_first_token())
+            self._finish(samples, index, chunk)
         return chunk
+
+    def _finish(self, samples: list[RequestState], index: int, chunk: router_pb2.GenerateChunk) -> None:
+        """A sample's last chunk: its timings; the request's usage on the stream's last chunk."""
+        state = samples[index]
+        state.finish_reason = chunk.finish_reason
+        chunk.timings.CopyFrom(state.timings())
+        if all(s.finish_reason for s in samples):
+            chunk.usage.CopyFrom(total_usage(samples))
+        record_finished(self.config.model_name, chunk.finish_reason, state.usage(), chunk.timings,
+                        *state.queue_before_first_token(), count_prompt=index == 0)
+
+    def _abort_chunks(self, samples: list[RequestState]) -> list[router_pb2.GenerateChunk]:
+        """The last chunk of every sample still running when the request was aborted."""
+        out = []
+        for i, state in enumerate(samples):
+            if not state.finish_reason:
+                chunk = router_pb2.GenerateChunk(request_id=state.request_id, finish_reason="abort", index=i)
+                self._finish(samples, i, chunk)
+                out.append(chunk)
+        return out
+
+
+def sample_sampling(sampling: common_pb2.SamplingParams, index: int, n: int) -> common_pb2.SamplingParams:
+    """The sampling message of sample ``index`` (one sample, seed + index); unchanged for n = 1."""
+    if n == 1:
+        return sampling
+    return sampling_to_proto(sample_params(sampling_from_proto(sampling), index))

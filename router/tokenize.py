@@ -6,7 +6,7 @@ validation (``validator.prompt_ids``), so a prompt tokenizes here exactly as ``G
 
 from __future__ import annotations
 
-from common.validation import abort_invalid
+from common.status import abort_invalid
 from engine.params import check_token_ids
 from engine.params import InvalidParameter
 from protos import router_pb2

@@ -9,7 +9,7 @@ the kvstore); after the first chunk a failure ends the request. Every move is co
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -28,9 +28,14 @@ class UpstreamError(Exception):
         self.code = code
 
 
+def _untracked(call: grpc.aio.Call) -> None:
+    pass
+
+
 async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request: prefill_pb2.PrefillRequest,
-                               block_keys: list[str], attempts: int,
-                               timeout: float | None) -> prefill_pb2.PrefillReply:
+                               block_keys: list[str], attempts: int, timeout: float | None,
+                               track: Callable[[grpc.aio.Call], None] = _untracked) -> prefill_pb2.PrefillReply:
+    """``track`` is shown every call made, so that an Abort can cancel it (its awaiting then raises CancelledError)."""
     tried: set[str] = set()
     last_error: grpc.aio.AioRpcError | None = None
     n_tokens = len(request.token_ids)
@@ -46,7 +51,9 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
         worker.inflight += 1
         worker.inflight_tokens += n_tokens
         try:
-            reply = await worker.stub.Prefill(request, timeout=timeout, metadata=request_metadata(request.request_id))
+            call = worker.stub.Prefill(request, timeout=timeout, metadata=request_metadata(request.request_id))
+            track(call)
+            reply = await call
             worker.remember(block_keys)
             return reply
         except grpc.aio.AioRpcError as err:
@@ -68,8 +75,8 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
                         f"no prefill worker could take the request ({last_error.details() if last_error else ''})")
 
 
-async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest,
-                       timeout: float | None) -> AsyncIterator[decode_pb2.DecodeChunk]:
+async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, timeout: float | None,
+                       track: Callable[[grpc.aio.Call], None] = _untracked) -> AsyncIterator[decode_pb2.DecodeChunk]:
     tried: set[str] = set()
     while True:
         candidates = pool.available(exclude=tried)
@@ -82,6 +89,7 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest,
         tried.add(worker.target)
         worker.inflight += 1
         call = worker.stub.Decode(request, timeout=timeout, metadata=request_metadata(request.request_id))
+        track(call)
         relayed = False
         try:
             async for chunk in call:

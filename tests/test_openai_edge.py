@@ -94,6 +94,22 @@ def test_router_status_becomes_http_status(code, details, status, param, stream)
     assert (r.headers.get("retry-after") == "3") == (status == 429)
 
 
+def test_the_rich_status_names_the_field():
+    """The router's BadRequest.FieldViolation is what names ``param`` (the details' prefix is only a fallback)."""
+    from google.rpc import error_details_pb2
+
+    from common.status import rich_status
+
+    violation = error_details_pb2.BadRequest.FieldViolation(field="prompt.chat.messages[0].role")
+    status = rich_status(grpc.StatusCode.INVALID_ARGUMENT, "no prefix here: 'wizard' is not a role",
+                         error_details_pb2.BadRequest(field_violations=[violation]))
+    err = grpc.aio.AioRpcError(status.code, grpc.aio.Metadata(), grpc.aio.Metadata(*status.trailing_metadata),
+                               status.details)
+    r = post(ScriptedRouter(err), "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]})
+    assert r.status_code == 400
+    assert error_of(r)["param"] == "messages[0].role"
+
+
 def test_router_field_names_become_the_requests_own():
     cases = [("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 9},
               "max_tokens: prompt (5 tokens) + max_tokens (9) exceeds", "max_completion_tokens"),
@@ -124,8 +140,8 @@ BAD_BODIES = [
     (b'{"prompt": [1, -2]}', "prompt"),
     (b'{"prompt": []}', "prompt"),
     (b'{"prompt": ["a", "b"]}', "prompt"),
-    (b'{"prompt": "hi", "n": 2}', "n"),
-    (b'{"prompt": "hi", "logprobs": 1}', "logprobs"),
+    (b'{"prompt": "hi", "n": -2}', "n"),
+    (b'{"prompt": "hi", "logprobs": true}', "logprobs"),
     (b'{"prompt": "hi", "echo": true}', "echo"),
     (b'{"prompt": "hi", "best_of": 3}', "best_of"),
     (b'{"prompt": "hi", "logit_bias": {"5": 1.0}}', "logit_bias"),
@@ -150,7 +166,7 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0].content[0]"),
-    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": 1}, "logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools"),
     ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, "response_format"),
@@ -207,6 +223,68 @@ def test_request_fields_reach_the_router_with_their_meaning():
     assert chunk["id"] == "chatcmpl-abc" and r.headers["x-request-id"] == "abc"
     assert chunk["choices"][0]["finish_reason"] == "stop"  # OpenAI's value ...
     assert chunk["choices"][0]["pdserve_finish_reason"] == "repetition"  # ... and pdserve's own
+
+
+def logprobs_entry(token_id: int, text: str, logprob: float, top: list[tuple[int, str, float]]) -> common_pb2.Logprobs:
+    def one(t, s, v):
+        return common_pb2.TokenLogprob(token_id=t, token=s, token_bytes=s.encode(), logprob=v)
+    return common_pb2.Logprobs(sampled=one(token_id, text, logprob), rank=1, top=[one(*t) for t in top])
+
+
+N_LOGPROB_CHUNKS = [
+    router_pb2.GenerateChunk(request_id="r", index=0, token_ids=[5], text="a",
+                             logprobs=[logprobs_entry(5, "a", -0.5, [(5, "a", -0.5), (6, "é", -1.5)])]),
+    router_pb2.GenerateChunk(request_id="r", index=1, token_ids=[6], text="é",
+                             logprobs=[logprobs_entry(6, "é", -1.5, [(5, "a", -0.5), (6, "é", -1.5)])]),
+    router_pb2.GenerateChunk(request_id="r", index=0, token_ids=[7], text="b", finish_reason="length",
+                             logprobs=[logprobs_entry(7, "b", float("-inf"), [(5, "a", -0.5), (6, "é", -1.5)])]),
+    router_pb2.GenerateChunk(request_id="r", index=1, token_ids=[5], text="a", finish_reason="length",
+                             logprobs=[logprobs_entry(5, "a", -0.25, [(5, "a", -0.25), (6, "é", -1.0)])],
+                             usage=common_pb2.Usage(prompt_tokens=3, completion_tokens=4)),
+]
+
+
+def events(r: httpx.Response) -> list[dict]:
+    return [json.loads(line[len("data: "):]) for line in r.text.splitlines()
+            if line.startswith("data: {")]
+
+
+def test_chat_n_and_logprobs_reach_the_router_and_come_back_in_openais_shape():
+    router = ScriptedRouter(chunks=N_LOGPROB_CHUNKS)
+    body = {"messages": [{"role": "user", "content": "hi"}], "n": 2, "logprobs": True, "top_logprobs": 2,
+            "stream": True, "stream_options": {"include_usage": True}}
+    r = post(router, "/v1/chat/completions", body)
+    [call] = router.calls
+    assert call["n"] == 2 and call["logprobs"] == 2
+    chunks = events(r)
+    assert [c["choices"][0]["index"] for c in chunks[:4]] == [0, 1, 0, 1]
+    assert [c["choices"][0]["delta"].get("role") for c in chunks[:4]] == ["assistant", "assistant", None, None]
+    first = chunks[0]["choices"][0]["logprobs"]["content"]
+    assert first == [{"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": [
+        {"token": "a", "logprob": -0.5, "bytes": [97]}, {"token": "é", "logprob": -1.5, "bytes": [195, 169]}]}]
+    assert chunks[2]["choices"][0]["logprobs"]["content"][0]["logprob"] == -9999.0  # JSON has no -Infinity
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+def test_completions_logprobs_shape_and_text_offsets():
+    router = ScriptedRouter(chunks=N_LOGPROB_CHUNKS)
+    r = post(router, "/v1/completions", {"prompt": "hi", "n": 2, "logprobs": 2, "stream": True})
+    assert router.calls[0]["logprobs"] == 2
+    by_index: dict[int, list] = {0: [], 1: []}
+    for c in events(r):
+        choice = c["choices"][0]
+        by_index[choice["index"]].append(choice["logprobs"])
+    assert [lp["tokens"] for lp in by_index[1]] == [["é"], ["a"]]
+    assert [lp["text_offset"] for lp in by_index[1]] == [[0], [1]]  # characters, not bytes
+    assert by_index[0][0]["top_logprobs"] == [{"a": -0.5, "é": -1.5}]
+    assert by_index[0][0]["token_logprobs"] == [-0.5]
+
+
+def test_no_logprobs_asked_none_sent():
+    router = ScriptedRouter(chunks=N_LOGPROB_CHUNKS[2:3])
+    r = post(router, "/v1/completions", {"prompt": "hi", "stream": True})
+    assert router.calls[0]["logprobs"] is None and "n" not in router.calls[0]
+    assert events(r)[0]["choices"][0]["logprobs"] is None
 
 
 def test_unset_max_tokens_is_left_to_the_router():

@@ -105,8 +105,49 @@ def test_openai_client_raises_the_matching_errors(oai):
         oai.chat.completions.create(model="gpt-5", messages=CHAT)
     assert err.value.body["param"] == "model"
     with pytest.raises(openai.BadRequestError) as err:
-        oai.chat.completions.create(model="tiny-long", messages=CHAT, n=2)
-    assert err.value.body["param"] == "n"
+        oai.chat.completions.create(model="tiny-long", messages=CHAT, n=99)
+    assert err.value.body["param"] == "n" and "1..16" in err.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as err:
+        oai.chat.completions.create(model="tiny-long", messages=CHAT, logprobs=True, top_logprobs=21)
+    assert err.value.body["param"] == "top_logprobs"
+
+
+def test_chat_n_samples_with_logprobs_match_the_grpc_api(stack, oai):
+    params = dict(max_tokens=6, temperature=0.8, seed=3, ignore_eos=True)
+    with PdserveClient(stack.router_target) as c:
+        want = c.complete(messages=CHAT, n=2, logprobs=2, **params)
+    got = oai.chat.completions.create(model="tiny-long", messages=CHAT, n=2, logprobs=True, top_logprobs=2,
+                                      max_completion_tokens=6, temperature=0.8, seed=3, extra_body={"ignore_eos": True})
+    assert [c.index for c in got.choices] == [0, 1]
+    for choice, w in zip(got.choices, want.choices):
+        assert choice.message.content == w.text
+        content = choice.logprobs.content
+        # abs 1e-4: the second request reuses the first's prompt blocks, so its forward runs in other shapes
+        # (float32 summation order); the sampled tokens themselves are compared exactly above
+        assert [t.logprob for t in content] == pytest.approx([lp.sampled.logprob for lp in w.logprobs], abs=1e-4)
+        assert [t.bytes for t in content] == [list(lp.sampled.token_bytes) for lp in w.logprobs]
+        assert all(len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob
+                   for t in content)
+    assert got.usage.prompt_tokens == want.usage.prompt_tokens  # the prompt counted once
+    assert got.usage.completion_tokens == 12
+    stream = oai.chat.completions.create(model="tiny-long", messages=CHAT, n=2, logprobs=True, stream=True,
+                                         max_completion_tokens=6, temperature=0.8, seed=3,
+                                         extra_body={"ignore_eos": True})
+    texts = {0: "", 1: ""}
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            assert choice.logprobs is not None and len(choice.logprobs.content) == 1
+    assert texts == {0: want.choices[0].text, 1: want.choices[1].text}
+
+
+def test_completion_logprobs(oai):
+    got = oai.completions.create(model="tiny-long", prompt="the end of the", max_tokens=5, temperature=0, logprobs=3)
+    lp = got.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 5
+    assert "".join(lp.tokens) == got.choices[0].text  # the tiny model's tokens are whole characters
+    for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):  # greedy: the top-1 token
+        assert len(top) == 3 and max(top, key=top.get) == token and value == pytest.approx(top[token]) and value < 0
 
 
 def test_models(oai):

@@ -5,6 +5,8 @@ import asyncio
 import grpc
 import numpy as np
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from client.client import AsyncPdserveClient, PdserveClient
 from common.convert import sampling_to_proto
@@ -96,6 +98,8 @@ BAD_REQUESTS = [
     (dict(prompt="hi", stop_token_ids=[70000]), "stop_token_ids"),
     (dict(prompt="hi", min_tokens=9, max_tokens=3), "min_tokens"),
     (dict(prompt="hi", model="gpt-5"), "model"),
+    (dict(prompt="hi", n=99), "n"),
+    (dict(prompt="hi", logprobs=50), "logprobs"),
 ]
 
 
@@ -116,6 +120,9 @@ def test_bad_input_is_invalid_argument_and_service_keeps_serving(tiny_stack, kwa
             list(stub.Generate(request))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert err.value.details().startswith(field + ":"), err.value.details()
+        bad_request = error_details_pb2.BadRequest()  # the same field in the rich status (grpcio-status)
+        assert rpc_status.from_call(err.value).details[0].Unpack(bad_request)
+        assert bad_request.field_violations[0].field == field
     with PdserveClient(tiny_stack.router_target) as c:
         assert c.complete("the end", max_tokens=2, temperature=0).usage.completion_tokens == 2
 

@@ -6,9 +6,11 @@ import signal
 import grpc
 import numpy as np
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from client.client import AsyncPdserveClient, PdserveClient
-from engine.params import SamplingParams
+from engine.params import SamplingParams, sample_params
 from protos import common_pb2, decode_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import kv_leases, reference, scrape, wait_until
@@ -70,6 +72,8 @@ def test_router_refuses_when_full(tiny_long_model_path):
                 return err.value
         err = asyncio.run(scenario())
         assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "in flight" in err.details()
+        retry = error_details_pb2.RetryInfo()
+        assert rpc_status.from_call(err).details[0].Unpack(retry) and retry.retry_delay.seconds >= 1
         with PdserveClient(stack.router_target) as c:  # serving again once the long one is gone
             wait_until(lambda: _completes(c), what="router accepts again")
     finally:
@@ -148,6 +152,12 @@ def test_colocated_mode_matches_in_process(tiny_model_path, tiny_runtime):
                 chunks = list(c.generate(token_ids=prompt, **vars(params)))
                 assert [t for ch in chunks for t in ch.token_ids] == want.output_ids
                 assert chunks[-1].usage.prompt_tokens == len(prompt)
+            # n samples colocated: one decode request per sample (each prefills for itself), seeds seed + i
+            sampled = SamplingParams(max_tokens=8, temperature=1.0, seed=21)
+            reply = c.complete(token_ids=prompts[1], **vars(sampled) | {"n": 2})
+        samples = reference(tiny_runtime, [prompts[1]] * 2, [sample_params(sampled, i) for i in range(2)])
+        assert [list(ch.token_ids) for ch in reply.choices] == [s.output_ids for s in samples]
+        assert reply.usage.prompt_tokens == len(prompts[1]) and reply.usage.completion_tokens == 16
     finally:
         stack.stop()
 

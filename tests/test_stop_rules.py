@@ -17,7 +17,7 @@ class Case:
     params: dict = field(default_factory=dict)
     text: str = ""
     reason: FinishReason = FinishReason.STOP
-    stop_reason: object = None
+    stop_reason: object = None  # vLLM's: the stop string or stop_token_ids entry; None for EOS and length
     first_chunk: str | None = None  # what the first step may stream
     context_length: int = 1000
 
@@ -32,11 +32,13 @@ def tokens_by_text(*deltas):
 
 
 CASES = [
-    Case("eos ends, its text not emitted", tokens("Hello", " world") + [(EOS, "")], text="Hello world", stop_reason=EOS),
+    Case("eos ends, its text not emitted", tokens("Hello", " world") + [(EOS, "")], text="Hello world"),
     Case("ignore_eos continues to length", tokens("a") + [(EOS, "<eos>")] + tokens("b"),
          params=dict(ignore_eos=True, max_tokens=3), text="a<eos>b", reason=FinishReason.LENGTH),
     Case("stop token id", tokens("x", "y") + [(77, "z")] + tokens("w"), params=dict(stop_token_ids=[77]),
          text="xy", stop_reason=77),
+    Case("EOS listed in stop_token_ids reports it", tokens("x") + [(EOS, "")], params=dict(stop_token_ids=[EOS]),
+         text="x", stop_reason=EOS),
     Case("stop string inside one token", tokens("The end. More"), params=dict(stop=[". M"]), text="The end",
          stop_reason=". M"),
     Case("stop straddles tokens", tokens("Par", "is", " is", " nice"), params=dict(stop=["is is"]), text="Par",
@@ -56,7 +58,7 @@ CASES = [
     Case("no stop: nothing held, first chunk not empty", tokens("Hello", "!"), params=dict(stop=["zz"], max_tokens=2),
          text="Hello!", reason=FinishReason.LENGTH, first_chunk="Hello"),
     Case("min_tokens gates eos", [(EOS, "")] + tokens("a", "b") + [(EOS, "")], params=dict(min_tokens=2),
-         text="ab", stop_reason=EOS),
+         text="ab"),
     Case("min_tokens gates stop ids", [(77, "z")] + tokens("a") + [(77, "z")],
          params=dict(min_tokens=2, stop_token_ids=[77]), text="za", stop_reason=77),
     Case("min_tokens gates stop strings", tokens("END", "x", "END"), params=dict(min_tokens=2, stop=["END"]),
@@ -82,8 +84,7 @@ def test_stop_rules(case):
     assert result is not None and result.finished, "the case must finish"
     assert "".join(chunks) == case.text == checker.output_text
     assert result.finish_reason is case.reason
-    if case.stop_reason is not None:
-        assert result.stop_reason == case.stop_reason
+    assert result.stop_reason == case.stop_reason
     if case.first_chunk is not None:
         assert chunks[0] == case.first_chunk
 
