@@ -14,6 +14,7 @@ import grpc
 from client.bench.args import add_bench_args
 from common.clock import KV_LINKS, PACE_MODES
 from perfmodel.deployment import KV_PRECISIONS
+from engine.bench import DEFAULT_BATCHES, DEFAULT_CONTEXTS, DEFAULT_PROMPT_LENS
 from engine.kv_budget import DEFAULT_KV_BLOCKS
 from engine.params import SamplingParams
 from client.launcher import DEFAULT_METRICS_BASE_PORT
@@ -193,18 +194,22 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_bench_engine(a: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from engine.bench import format_rows, rows_as_dicts, run_engine_bench
     from engine.runtime import Runtime
 
-    runtime = Runtime.load(a.model)
     batches = tuple(int(x) for x in a.batches.split(","))
     lens = tuple(int(x) for x in a.prompt_lens.split(",") if x)
     contexts = tuple(int(x) for x in a.contexts.split(",") if x)
-    rows = run_engine_bench(runtime, batches, lens, contexts=contexts, steps=a.steps)
-    print(format_rows(rows, runtime.model_name))
+    # a slab that holds the largest batch at the longest context, as a decode worker sized for it would
+    runtime = Runtime.load(a.model, slab_seqs=max(batches), slab_tokens=max(contexts, default=0) + a.steps + 16)
+    machine, rows = run_engine_bench(runtime, batches, lens, contexts=contexts, steps=a.steps)
+    print(format_rows(machine, rows, runtime.model_name))
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"model": runtime.model_name, "contexts": contexts, "rows": rows_as_dicts(rows)}, fh, indent=2)
+            json.dump({"model": runtime.model_name, "machine": asdict(machine), "rows": rows_as_dicts(rows)}, fh,
+                      indent=2)
     return 0
 
 
@@ -290,11 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=64)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("bench-engine", help="engine throughput vs the bare matmul chain")
+    p = sub.add_parser("bench-engine", help="engine throughput against this machine's measured floor")
     p.add_argument("--model", default=None)
-    p.add_argument("--batches", default="1,8,32,64")
-    p.add_argument("--prompt-lens", default="128,512")
-    p.add_argument("--contexts", "--context", dest="contexts", default="64,1024",
+    p.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)))
+    p.add_argument("--prompt-lens", default=",".join(map(str, DEFAULT_PROMPT_LENS)))
+    p.add_argument("--contexts", "--context", dest="contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
                    help="context lengths of the decode batches (short and long)")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the rows to this file")
