@@ -124,25 +124,39 @@ class Stack:
 
     def start(self, timeout_s: float = 120.0) -> "Stack":
         """Start in dependency order (kvstores, workers, router), each stage SERVING before the next starts."""
-        env = self._env()
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         deadline = time.monotonic() + timeout_s
         try:
             for stage in self._stages():
                 for p in stage:
-                    if self.inherit_output:
-                        out = None
-                    else:
-                        p.log_path = self.log_dir / f"{p.name}.log"
-                        out = open(p.log_path, "w")
-                    p.popen = subprocess.Popen([sys.executable, "-m", p.module, *p.args], env=env, stdout=out,
-                                               stderr=subprocess.STDOUT if out else None, cwd=root)
+                    self._launch(p)
                 self.wait_ready(stage, deadline)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _launch(self, p: Process) -> None:
+        env = self._env()
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        if self.inherit_output:
+            out = None
+        else:
+            p.log_path = self.log_dir / f"{p.name}.log"
+            out = open(p.log_path, "a")
+        p.popen = subprocess.Popen([sys.executable, "-m", p.module, *p.args], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT if out else None, cwd=root)
+
+    def kill(self, p: Process, sig: int = signal.SIGKILL, timeout_s: float = 120.0) -> int:
+        """Stop one process with ``sig`` and wait for it (faults and rolling restarts); returns its exit code."""
+        p.popen.send_signal(sig)
+        return p.popen.wait(timeout=timeout_s)
+
+    def restart(self, p: Process, sig: int = signal.SIGTERM, timeout_s: float = 120.0) -> None:
+        """Stop one process (SIGTERM: it drains first) and start it again on the same port, SERVING on return."""
+        self.kill(p, sig, timeout_s)
+        self._launch(p)
+        self.wait_ready([p], time.monotonic() + timeout_s)
 
     def _stages(self) -> list[list[Process]]:
         return [self.kvstores, self.prefills + self.decodes, [self.router] if self.router else []]

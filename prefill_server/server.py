@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from common.convert import token_step
 from common.metrics import STEP_BUCKETS, TOKEN_COUNT_BUCKETS, TTFT_BUCKETS
 from common.validation import abort_invalid, check_worker_request
-from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
+from common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_cache import block_keys, tail_block_key
 from engine.params import InvalidParameter
 from engine.scheduler import Role
@@ -69,6 +69,9 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         except WorkerFull as exc:
             REQUESTS.labels("rejected").inc()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"prefill {exc}")
+        except WorkerDraining as exc:
+            REQUESTS.labels("rejected").inc()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"prefill {exc}")
 
     async def _prefill(self, request_id: str, ids: list[int], params, ttl: float, context):
         PROMPT_TOKENS.inc(len(ids))

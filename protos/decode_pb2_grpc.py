@@ -27,7 +27,8 @@ if _version_not_supported:
 
 
 class DecodeStub:
-    """Continuous batching over a paged KV cache; streams tokens as they are produced.
+    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
+    streams tokens as they are produced.
     """
 
     def __init__(self, channel):
@@ -49,7 +50,8 @@ class DecodeStub:
 
 
 class DecodeServicer:
-    """Continuous batching over a paged KV cache; streams tokens as they are produced.
+    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
+    streams tokens as they are produced.
     """
 
     def Decode(self, request, context):
@@ -86,7 +88,8 @@ def add_DecodeServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Decode:
-    """Continuous batching over a paged KV cache; streams tokens as they are produced.
+    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
+    streams tokens as they are produced.
     """
 
     @staticmethod

@@ -27,6 +27,9 @@ def build_parser() -> FlagParser:
     parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
                         help="how long prefilled KV waits for decode")
+    parser.add_argument("--decode-resumes", type=int, default=3,
+                        help="times a request may resume on another decode worker after its worker went away "
+                             "mid-stream (0: such a request fails with UNAVAILABLE)")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
     return parser
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         model_name=args.served_model_name or default_name,
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
-        lease_ttl_s=args.lease_ttl_s)
+        lease_ttl_s=args.lease_ttl_s, decode_resumes=args.decode_resumes)
 
     async def run() -> None:
         prefill = prefill_pool([] if args.colocated else split_targets(args.prefill))

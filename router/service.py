@@ -16,11 +16,11 @@ from engine.params import InvalidParameter
 from engine.tokenizer import GGUFTokenizer
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
-from router.metrics import INFLIGHT, REJECTED, record_finished
+from router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished
 from router.policy import PrefillPolicy
 from router.prompt import RequestValidator
 from router.request_state import RequestState
-from router.upstream import UpstreamError, prefill_with_retries, relay_decode
+from router.upstream import StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode
 from router.workers import WorkerPool
 
 log = logging.getLogger("pdserve.router")
@@ -36,6 +36,7 @@ class RouterConfig:
     max_inflight: int = 512
     prefill_retries: int = 3
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
 
 
 class RouterService(router_pb2_grpc.RouterServicer):
@@ -113,12 +114,36 @@ class RouterService(router_pb2_grpc.RouterServicer):
             yield chunk
 
     async def _relay(self, state: RequestState, request: decode_pb2.DecodeRequest, context):
-        async for chunk in relay_decode(self.decode, request, context.time_remaining()):
-            state.took_decode_chunk(chunk)
-            yield self._chunk(state, chunk.step)
+        """Relay the decode stream; when its worker goes away mid-stream, resume on another one.
+
+        The resumed request carries every token already relayed: the new worker recomputes prompt + those tokens and
+        continues from the next one, so the client sees no gap and no duplicate (and with greedy or seeded sampling
+        the same tokens as without the fault).
+        """
+        failed: set[str] = set()
+        while True:
+            try:
+                async for chunk in relay_decode(self.decode, request, context.time_remaining(), frozenset(failed)):
+                    state.took_decode_chunk(chunk)
+                    yield self._chunk(state, chunk.step)
+                return
+            except StreamInterrupted as exc:
+                failed.add(exc.target)
+                if state.resumes >= self.config.decode_resumes:
+                    raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
+                                        f"{exc}; gave up after {state.resumes} resumptions") from exc
+                if len(failed) >= len(self.decode.workers):
+                    raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
+                                        f"{exc}; no other decode worker can resume the request") from exc
+                state.resumes += 1
+                RETRIES.labels("resume").inc()
+                log.warning("%s; resuming after %d tokens", exc, len(state.output_ids))
+                request = decode_pb2.DecodeRequest(request_id=request.request_id, prompt_ids=request.prompt_ids,
+                                                   sampling=request.sampling, colocated=True,
+                                                   resume_ids=state.output_ids)
 
     def _chunk(self, state: RequestState, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:
-        state.took_tokens(len(step.token_ids))
+        state.took_tokens(step.token_ids)
         chunk = router_pb2.GenerateChunk(request_id=state.request_id, token_ids=step.token_ids, text=step.text,
                                          finish_reason=step.finish_reason, stop_reason=step.stop_reason)
         if step.finish_reason:

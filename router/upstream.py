@@ -2,8 +2,9 @@
 
 A prefill that fails with UNAVAILABLE (worker down) or RESOURCE_EXHAUSTED (queue full) moves to another worker. A
 decode worker that is UNAVAILABLE before it streamed anything is replaced by another (the KV still waits, leased, in
-the kvstore); after the first chunk a failure ends the request. Every move is counted in
-``pdserve_router_retries_total{phase}``.
+the kvstore). A decode worker that goes away after streaming (UNAVAILABLE: it died; CANCELLED: it stopped) raises
+:class:`StreamInterrupted`, and the service resumes the request elsewhere by recomputation. Every move is counted in
+``pdserve_router_retries_total{phase}`` (phase prefill, decode or resume).
 """
 
 from __future__ import annotations
@@ -22,10 +23,22 @@ from router.workers import WorkerPool
 log = logging.getLogger("pdserve.router")
 
 
+# A decode stream that ends with one of these after streaming means the worker went away, not that the request is bad.
+WORKER_GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
 class UpstreamError(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class StreamInterrupted(Exception):
+    """A decode worker went away after streaming part of a request (the request can resume elsewhere)."""
+
+    def __init__(self, target: str, err: grpc.aio.AioRpcError) -> None:
+        super().__init__(f"decode worker {target} went away mid-stream ({err.code().name}: {err.details()})")
+        self.target = target
 
 
 async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request: prefill_pb2.PrefillRequest,
@@ -68,9 +81,9 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
                         f"no prefill worker could take the request ({last_error.details() if last_error else ''})")
 
 
-async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest,
-                       timeout: float | None) -> AsyncIterator[decode_pb2.DecodeChunk]:
-    tried: set[str] = set()
+async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, timeout: float | None,
+                       exclude: frozenset[str] = frozenset()) -> AsyncIterator[decode_pb2.DecodeChunk]:
+    tried: set[str] = set(exclude)
     while True:
         candidates = pool.available(exclude=tried)
         if not candidates:
@@ -88,11 +101,13 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest,
                 yield chunk
             return
         except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.UNAVAILABLE:
+            if err.code() == grpc.StatusCode.UNAVAILABLE and not relayed:
                 worker.mark_down()
-                if not relayed:
-                    log.warning("decode worker %s unavailable; retrying elsewhere", worker.target)
-                    continue
+                log.warning("decode worker %s unavailable; retrying elsewhere", worker.target)
+                continue
+            if err.code() in WORKER_GONE and relayed:
+                worker.mark_down()
+                raise StreamInterrupted(worker.target, err) from err
             raise UpstreamError(err.code(), f"decode: {err.details()}") from err
         finally:
             worker.inflight -= 1
