@@ -165,6 +165,13 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chaos(a: argparse.Namespace) -> int:
+    from client.chaos import run_chaos
+
+    return run_chaos(a.model, a.faults.split(","), a.concurrency, a.prompts, a.max_tokens, a.before_s, a.after_s,
+                     a.time_scale)
+
+
 def cmd_bench_serving(a: argparse.Namespace) -> int:
     from client.bench_serving import compare, format_comparison
 
@@ -310,6 +317,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", default="in_process,disaggregated,colocated")
     p.add_argument("--json", default=None)
     p.set_defaults(func=cmd_bench_serving)
+
+    p = sub.add_parser("chaos", help="the fault matrix: each fault under steady load, answers checked, leaks counted")
+    p.add_argument("--model", default=None)
+    p.add_argument("--faults", default="none,decode_kill,prefill_kill,kvstore_kill,router_kill,rolling_restart,"
+                                       "cancel_storm")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=32, help="distinct requests (each answered once fault-free)")
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--before-s", type=float, default=3.0, help="load before the fault")
+    p.add_argument("--after-s", type=float, default=8.0, help="load after the fault")
+    p.add_argument("--time-scale", type=float, default=2.0, help="decode pacing (modeled step x this)")
+    p.set_defaults(func=cmd_chaos)
     return parser
 
 

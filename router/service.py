@@ -75,6 +75,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
             async for chunk in self._serve(state, ids, request.sampling, context):
                 yield chunk
         except UpstreamError as exc:
+            log.warning("request failed: %s: %s", exc.code.name, exc)
             await context.abort(exc.code, str(exc))
         finally:
             self.inflight -= 1

@@ -9,6 +9,7 @@ the kvstore). A decode worker that goes away after streaming (UNAVAILABLE: it di
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -25,6 +26,10 @@ log = logging.getLogger("pdserve.router")
 
 # A decode stream that ends with one of these after streaming means the worker went away, not that the request is bad.
 WORKER_GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# When every worker of a pool was unavailable (e.g. one restarting while the router's channel to it is still in its
+# reconnect backoff, the other draining), the pool is tried again after a pause, this many times in all.
+UNAVAILABLE_ROUNDS = 3
+ROUND_PAUSE_S = 0.5
 
 
 class UpstreamError(Exception):
@@ -44,35 +49,41 @@ class StreamInterrupted(Exception):
 async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request: prefill_pb2.PrefillRequest,
                                block_keys: list[str], attempts: int,
                                timeout: float | None) -> prefill_pb2.PrefillReply:
-    tried: set[str] = set()
     last_error: grpc.aio.AioRpcError | None = None
     n_tokens = len(request.token_ids)
-    for attempt in range(min(attempts, len(pool.workers))):
-        candidates = pool.available(exclude=tried)
-        if not candidates:
+    for round_ in range(UNAVAILABLE_ROUNDS):
+        if round_:
+            await asyncio.sleep(ROUND_PAUSE_S * round_)
+        tried: set[str] = set()
+        for attempt in range(min(attempts, len(pool.workers))):
+            candidates = pool.available(exclude=tried)
+            if not candidates:
+                break
+            if attempt or round_:
+                RETRIES.labels("prefill").inc()
+            worker = policy.choose(candidates, block_keys)
+            tried.add(worker.target)
+            worker.inflight += 1
+            worker.inflight_tokens += n_tokens
+            try:
+                reply = await worker.stub.Prefill(request, timeout=timeout,
+                                                  metadata=request_metadata(request.request_id))
+                worker.remember(block_keys)
+                return reply
+            except grpc.aio.AioRpcError as err:
+                last_error = err
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    worker.mark_down()
+                    log.warning("prefill worker %s unavailable; retrying elsewhere", worker.target)
+                    continue
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    continue
+                raise UpstreamError(err.code(), f"prefill: {err.details()}") from err
+            finally:
+                worker.inflight -= 1
+                worker.inflight_tokens -= n_tokens
+        if last_error is None or last_error.code() != grpc.StatusCode.UNAVAILABLE:
             break
-        if attempt:
-            RETRIES.labels("prefill").inc()
-        worker = policy.choose(candidates, block_keys)
-        tried.add(worker.target)
-        worker.inflight += 1
-        worker.inflight_tokens += n_tokens
-        try:
-            reply = await worker.stub.Prefill(request, timeout=timeout, metadata=request_metadata(request.request_id))
-            worker.remember(block_keys)
-            return reply
-        except grpc.aio.AioRpcError as err:
-            last_error = err
-            if err.code() == grpc.StatusCode.UNAVAILABLE:
-                worker.mark_down()
-                log.warning("prefill worker %s unavailable; retrying elsewhere", worker.target)
-                continue
-            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                continue
-            raise UpstreamError(err.code(), f"prefill: {err.details()}") from err
-        finally:
-            worker.inflight -= 1
-            worker.inflight_tokens -= n_tokens
     if last_error is not None and last_error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         REJECTED.labels("overloaded").inc()
         raise UpstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -84,11 +95,17 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
 async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, timeout: float | None,
                        exclude: frozenset[str] = frozenset()) -> AsyncIterator[decode_pb2.DecodeChunk]:
     tried: set[str] = set(exclude)
+    rounds = 1
     while True:
         candidates = pool.available(exclude=tried)
+        if not candidates and rounds < UNAVAILABLE_ROUNDS:  # every one unavailable: pause, then try them again
+            await asyncio.sleep(ROUND_PAUSE_S * rounds)
+            rounds += 1
+            tried = set(exclude)
+            candidates = pool.available(exclude=tried)
         if not candidates:
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "decode: no decode worker could take the request")
-        if tried:
+        if len(tried) > len(exclude) or rounds > 1:
             RETRIES.labels("decode").inc()
         worker = choose_decode(candidates)
         tried.add(worker.target)
