@@ -146,6 +146,28 @@ async def steady_load(target: str, workload: Workload, row: Row, stop: asyncio.E
         await asyncio.gather(*(user() for _ in range(concurrency)))
 
 
+async def storm(target: str, workload: Workload, n: int, concurrency: int, cancel_fraction: float,
+                max_cancel_after_s: float = 1.0, seed: int = 0) -> Row:
+    """Exactly ``n`` requests from ``concurrency`` clients, ``cancel_fraction`` of them cancelled at a random moment
+    in [0, max_cancel_after_s) (queued, in prefill, between prefill and decode, or mid-decode)."""
+    rng = random.Random(seed)
+    row = Row("cancel_storm")
+    todo = iter(range(n))
+    async with AsyncPdserveClient(target) as client:
+        async def user() -> None:
+            for k in todo:
+                cancel_after = rng.uniform(0.0, max_cancel_after_s) if rng.random() < cancel_fraction else None
+                await _request(client, workload, k % len(workload.prompts), row, 120.0, cancel_after)
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+    return row
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process (Linux /proc), in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
 # --- what the stack still holds -------------------------------------------------------------------------------------
 def _gauge(port: int, name: str) -> float:
     """One sample of a /metrics page (``name`` with its labels as printed, e.g. 'x_total{phase="resume"}'); 0 if absent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -50,6 +51,18 @@ class RouterService(router_pb2_grpc.RouterServicer):
         self.policy = policy
         self.kv = kv
         self.inflight = 0
+        self.mean_e2e_s = 1.0  # moving average of finished requests' wall time, for the retry advice
+
+    def retry_after_s(self) -> float:
+        """When a shed request should come back: about when one of the requests in flight will have finished."""
+        return min(30.0, max(0.05, self.mean_e2e_s / max(1, self.inflight)))
+
+    async def _shed(self, context, message: str) -> None:
+        """RESOURCE_EXHAUSTED with retry advice, in the message and as ``retry-after-ms`` trailing metadata."""
+        REJECTED.labels("overloaded").inc()
+        after_ms = int(self.retry_after_s() * 1000)
+        context.set_trailing_metadata((("retry-after-ms", str(after_ms)),))
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{message}; retry in about {after_ms} ms")
 
     async def ListModels(self, request, context):
         c = self.config
@@ -64,9 +77,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
             REJECTED.labels("invalid").inc()
             await abort_invalid(context, exc)
         if self.inflight >= self.config.max_inflight:
-            REJECTED.labels("overloaded").inc()
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"router is at its limit of {self.config.max_inflight} requests in flight; retry later")
+            await self._shed(context, f"router is at its limit of {self.config.max_inflight} requests in flight")
         state = RequestState(request.request_id or uuid.uuid4().hex, len(ids), colocated=self.config.colocated)
         request_id_var.set(state.request_id)  # for this RPC's log lines
         self.inflight += 1
@@ -75,9 +86,12 @@ class RouterService(router_pb2_grpc.RouterServicer):
             async for chunk in self._serve(state, ids, request.sampling, context):
                 yield chunk
         except UpstreamError as exc:
+            if exc.overloaded:
+                await self._shed(context, str(exc))
             log.warning("request failed: %s: %s", exc.code.name, exc)
             await context.abort(exc.code, str(exc))
         finally:
+            self.mean_e2e_s += 0.1 * (time.perf_counter() - state.started - self.mean_e2e_s)
             self.inflight -= 1
             INFLIGHT.dec()
             if state.lease_id and self.kv is not None:  # e.g. cancelled between prefill and decode

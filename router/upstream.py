@@ -17,7 +17,7 @@ import grpc
 
 from common.server import request_metadata
 from protos import decode_pb2, prefill_pb2
-from router.metrics import REJECTED, RETRIES
+from router.metrics import RETRIES
 from router.policy import PrefillPolicy, choose_decode
 from router.workers import WorkerPool
 
@@ -33,9 +33,10 @@ ROUND_PAUSE_S = 0.5
 
 
 class UpstreamError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, overloaded: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.overloaded = overloaded  # the workers are full now: worth retrying later
 
 
 class StreamInterrupted(Exception):
@@ -85,9 +86,8 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
         if last_error is None or last_error.code() != grpc.StatusCode.UNAVAILABLE:
             break
     if last_error is not None and last_error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        REJECTED.labels("overloaded").inc()
         raise UpstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"all prefill workers are full ({last_error.details()}); retry later")
+                            f"all prefill workers are full ({last_error.details()})", overloaded=True)
     raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
                         f"no prefill worker could take the request ({last_error.details() if last_error else ''})")
 
