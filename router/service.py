@@ -115,8 +115,9 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 yield chunk
             return
         keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens)
+        state.lease_id = uuid.uuid4().hex  # released when the request ends before a decode worker took the KV
         prefill_request = prefill_pb2.PrefillRequest(request_id=state.request_id, token_ids=ids, sampling=sampling,
-                                                     lease_ttl_s=self.config.lease_ttl_s)
+                                                     lease_ttl_s=self.config.lease_ttl_s, lease_id=state.lease_id)
         reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
                                            self.config.prefill_retries, context.time_remaining())
         state.took_prefill(reply)

@@ -197,10 +197,10 @@ def _prefill_then_decode(stack, prompt: list[int], params: SamplingParams, betwe
                                          ignore_eos=params.ignore_eos)
     with grpc.insecure_channel(stack.prefills[0].target) as ch:
         reply = prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
-            request_id="handoff", token_ids=prompt, sampling=sampling))
+            request_id=f"handoff-{time.monotonic_ns()}", token_ids=prompt, sampling=sampling))
     between(reply.kv)
-    request = decode_pb2.DecodeRequest(request_id="handoff", prompt_ids=prompt, first_token=reply.first.token_ids[0],
-                                       kv=reply.kv, sampling=sampling)
+    request = decode_pb2.DecodeRequest(request_id="handoff-decode", prompt_ids=prompt, kv=reply.kv, sampling=sampling,
+                                       first_token=reply.first.token_ids[0])
     with grpc.insecure_channel(stack.decodes[0].target) as ch:
         chunks = list(decode_pb2_grpc.DecodeStub(ch).Decode(request, timeout=60))
     return list(reply.first.token_ids) + [t for c in chunks for t in c.step.token_ids]
