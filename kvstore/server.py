@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 import grpc
 from prometheus_client import Counter, Gauge
@@ -57,7 +58,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 
     @staticmethod
     async def _check_ttl(ttl: float, context, required: bool) -> float:
-        if (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
+        if not math.isfinite(ttl) or (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
         return ttl
@@ -76,7 +77,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 new = self.store.put(header.key, header.token_count, b"".join(parts), header.crc32, lease_id, ttl)
             except ChecksumMismatch as exc:
                 CHECKSUM_FAILURES.inc()
-                await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+                await context.abort(grpc.StatusCode.DATA_LOSS, f"data: {exc}")
             except StoreFull as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
             stored += new
