@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import grpc
 
@@ -68,12 +69,24 @@ def generate_in_process(prompt: str, params: SamplingParams, model: str | None, 
                              f"prompt_tokens={len(seq.prompt_ids)} completion_tokens={len(seq.output_ids)}]\n")
 
 
+def router_security_from_env() -> dict:
+    """TLS and token for talking to the router: $PDSERVE_TLS_CA (with $PDSERVE_TLS_CERT / $PDSERVE_TLS_KEY for a
+    client certificate) and $PDSERVE_AUTH_TOKEN, as ``pdserve up --tls --auth-token-file`` prints and uses."""
+    ca = os.environ.get("PDSERVE_TLS_CA")
+    creds = None
+    if ca:
+        def read(var: str) -> bytes | None:
+            return Path(os.environ[var]).read_bytes() if os.environ.get(var) else None
+        creds = grpc.ssl_channel_credentials(Path(ca).read_bytes(), read("PDSERVE_TLS_KEY"), read("PDSERVE_TLS_CERT"))
+    return dict(credentials=creds, token=os.environ.get("PDSERVE_AUTH_TOKEN") or None)
+
+
 def stream_from_router(target: str, request: dict, out=sys.stdout) -> str:
     """Send one request to the router and stream its text; returns the whole answer."""
     from client.client import PdserveClient
 
     text = []
-    with PdserveClient(target) as client:
+    with PdserveClient(target, **router_security_from_env()) as client:
         for chunk in client.generate(**request):
             out.write(chunk.text)
             out.flush()
@@ -130,7 +143,13 @@ def stack_spec_from_args(a: argparse.Namespace):
 def cmd_up(a: argparse.Namespace) -> int:
     from client.launcher import Stack
 
-    stack = Stack(stack_spec_from_args(a), inherit_output=a.verbose)
+    spec = stack_spec_from_args(a)
+    spec.tls = a.tls
+    if a.auth_token_file:
+        from router.auth import load_token
+
+        spec.auth_token = load_token(a.auth_token_file)
+    stack = Stack(spec, inherit_output=a.verbose)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -138,6 +157,9 @@ def cmd_up(a: argparse.Namespace) -> int:
     try:
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())
+        if stack.tls_files is not None:
+            f = stack.tls_files
+            print(f"TLS on every port, mutual TLS between services: CA {f.ca}, certificate {f.cert}, key {f.key}")
         print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
         sys.stdout.flush()
         while not stop.is_set():
@@ -249,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="start kvstore, prefill, decode and router as processes; Ctrl-C stops all")
     add_stack_args(p)
     p.add_argument("--verbose", action="store_true", help="show the services' logs")
+    p.add_argument("--tls", action="store_true",
+                   help="generate a CA and serve TLS on every port, mutual TLS between services")
+    p.add_argument("--auth-token-file", default=None, help="the router then requires this bearer token")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("generate", help="stream an answer for one prompt")

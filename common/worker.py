@@ -23,6 +23,7 @@ import grpc
 from common.clock import StepClock, add_perf_flags, clock_from_args
 from common.config import FlagParser, add_model_flags, service_parser, split_targets
 from common.server import serve, setup_logging
+from common.tls import configure_from_args
 from engine.runtime import Runtime
 from engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
 from engine.sequence import Sequence
@@ -254,6 +255,7 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
     """Load the model and put the scheduler, the clock and the loop together. A modeled deployment that cannot
     run stops the process with a message naming the field."""
     setup_logging(args.log_level)
+    configure_from_args(args)
     try:
         clock = clock_from_args(args)
     except ValueError as exc:

@@ -11,6 +11,7 @@ from prometheus_client import Counter, Gauge
 
 from common.server import serve, setup_logging
 from common.config import FlagParser, service_parser
+from common.tls import configure_from_args
 from kvstore.wire import chunks_of
 from kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
 from protos import kvstore_pb2, kvstore_pb2_grpc
@@ -192,6 +193,7 @@ def build_parser() -> FlagParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
+    configure_from_args(args)
     service = KVStoreService(BlockStore(int(args.capacity_mb * (1 << 20))), args.enable_fault_injection)
 
     def register(server):

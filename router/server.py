@@ -6,9 +6,11 @@ import asyncio
 
 from common.config import FlagParser, add_model_flags, service_parser, split_targets
 from common.server import serve, setup_logging
+from common.tls import configure_from_args
 from engine.runtime import model_metadata
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import router_pb2, router_pb2_grpc
+from router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token
 from router.policy import PREFILL_POLICIES, PrefillPolicy
 from router.service import RouterConfig, RouterService
 from router.workers import decode_pool, prefill_pool
@@ -30,6 +32,11 @@ def build_parser() -> FlagParser:
     parser.add_argument("--decode-resumes", type=int, default=3,
                         help="times a request may resume on another decode worker after its worker went away "
                              "mid-stream (0: such a request fails with UNAVAILABLE)")
+    parser.add_argument("--auth-token-file", default=None,
+                        help=f"require 'authorization: Bearer <token>' on the public API, the token read from this "
+                             f"file (or from ${TOKEN_ENV}; never logged)")
+    parser.add_argument("--max-streams-per-connection", type=int, default=100,
+                        help="concurrent calls one client connection may have open (HTTP/2 max concurrent streams)")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
     return parser
@@ -38,6 +45,10 @@ def build_parser() -> FlagParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
+    configure_from_args(args)
+    token = load_token(args.auth_token_file)
+    if args.max_streams_per_connection < 1:
+        raise SystemExit("--max-streams-per-connection: must be at least 1")
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(
         model_name=args.served_model_name or default_name,
@@ -58,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         period = args.load_poll_interval_s
         pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
         try:
-            await serve("router", args.port, register, args.metrics_port, args.host)
+            await serve("router", args.port, register, args.metrics_port, args.host,
+                        interceptors=[BearerAuthInterceptor(token)] if token else [],
+                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)])
         finally:
             for p in pollers:
                 p.cancel()
