@@ -298,19 +298,41 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def storm_report(stack: Stack, workload: Workload, n: int, concurrency: int) -> tuple[Row, float]:
+    """A cancellation storm of ``n`` requests (a third cancelled at random moments) after a warm-up of n/10; returns
+    its row, leaks filled in, and the largest growth of any process's resident memory across it, in MiB."""
+    asyncio.run(storm(stack.router_target, workload, max(1, n // 10), concurrency, 1 / 3, seed=1))
+    wait_idle(stack, LEASE_TTL_S + 10)
+    before = {p.name: rss_mb(p.popen.pid) for p in stack.processes}
+    row = asyncio.run(storm(stack.router_target, workload, n, concurrency, 1 / 3, seed=2))
+    row.leaked_leases, row.leaked_blocks, row.leaked_inflight = wait_idle(stack, LEASE_TTL_S + 10)
+    return row, max(rss_mb(p.popen.pid) - before[p.name] for p in stack.processes)
+
+
 def run_chaos(model: str | None, faults: list[str], concurrency: int, prompts: int, max_tokens: int,
-              before_s: float, after_s: float, time_scale: float) -> int:
-    """``pdserve chaos``: start the matrix stack, take the fault-free answers, run each fault, print the table.
-    Exit status 1 when any row lost, duplicated, got wrong or leaked anything."""
+              before_s: float, after_s: float, time_scale: float, storm_requests: int = 0) -> int:
+    """``pdserve chaos``: start the matrix stack, take the fault-free answers, run each fault, print the table (and,
+    with ``storm_requests``, a cancellation storm of that many requests). Exit status 1 when anything was lost,
+    duplicated, wrong or leaked."""
     from engine.runtime import model_metadata
 
     tokenizer, _, _ = model_metadata(model)
     workload = make_workload(tokenizer.vocab_size, prompts, max_tokens)
-    with Stack(matrix_spec(model, time_scale)) as stack:
+    started = time.monotonic()
+    stack = Stack(matrix_spec(model, time_scale)).start(timeout_s=600)  # a slow, busy machine loads models slowly
+    try:
         asyncio.run(fault_free(stack.router_target, workload))
         print(f"fault-free answers for {prompts} prompts taken; {concurrency} clients, fault after {before_s:g}s, "
               f"load for {after_s:g}s more", flush=True)
         rows = run_matrix(stack, workload, faults, concurrency, before_s, after_s,
                           progress=lambda r: print(f"  {r.fault}: {r.sent} sent, {r.correct} correct", flush=True))
+        if storm_requests:
+            row, growth = storm_report(stack, workload, storm_requests, concurrency)
+            row.fault = f"cancel_storm ({storm_requests} requests)"
+            rows.append(row)
+            print(f"  {row.fault}: largest resident memory growth of any process {growth:.1f} MiB", flush=True)
+    finally:
+        stack.stop()
     print(format_table(rows))
+    print(f"{time.monotonic() - started:.0f} s in all")
     return 0 if all(r.ok for r in rows) else 1

@@ -190,8 +190,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
 def cmd_chaos(a: argparse.Namespace) -> int:
     from client.chaos import run_chaos
 
-    return run_chaos(a.model, a.faults.split(","), a.concurrency, a.prompts, a.max_tokens, a.before_s, a.after_s,
-                     a.time_scale)
+    faults = [f for f in a.faults.split(",") if f]
+    return run_chaos(a.model, faults, a.concurrency, a.prompts, a.max_tokens, a.before_s, a.after_s,
+                     a.time_scale, a.storm)
 
 
 def cmd_bench_serving(a: argparse.Namespace) -> int:
@@ -353,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before-s", type=float, default=3.0, help="load before the fault")
     p.add_argument("--after-s", type=float, default=8.0, help="load after the fault")
     p.add_argument("--time-scale", type=float, default=2.0, help="decode pacing (modeled step x this)")
+    p.add_argument("--storm", type=int, default=0,
+                   help="then a cancellation storm of this many requests, a third cancelled at random moments")
     p.set_defaults(func=cmd_chaos)
     return parser
 
