@@ -254,6 +254,7 @@ def test_async_client_sees_unavailable_not_a_hang_when_every_decode_worker_is_go
         with pytest.raises(grpc.aio.AioRpcError) as err:
             asyncio.run(call())
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert kv_leases(stack) == 0  # the router released prefill's lease: no decode worker took the KV
+        # the router releases prefill's lease (no decode worker took the KV), well before its 30 s TTL
+        wait_until(lambda: kv_leases(stack) == 0, timeout_s=15, what="lease released by the router")
     finally:
         stack.stop()
