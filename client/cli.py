@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import grpc
 
@@ -71,12 +72,24 @@ def generate_in_process(prompt: str, params: SamplingParams, model: str | None, 
                              f"prompt_tokens={len(seq.prompt_ids)} completion_tokens={len(seq.output_ids)}]\n")
 
 
+def router_security_from_env() -> dict:
+    """TLS and token for talking to the router: $PDSERVE_TLS_CA (with $PDSERVE_TLS_CERT / $PDSERVE_TLS_KEY for a
+    client certificate) and $PDSERVE_AUTH_TOKEN, as ``pdserve up --tls --auth-token-file`` prints and uses."""
+    ca = os.environ.get("PDSERVE_TLS_CA")
+    creds = None
+    if ca:
+        def read(var: str) -> bytes | None:
+            return Path(os.environ[var]).read_bytes() if os.environ.get(var) else None
+        creds = grpc.ssl_channel_credentials(Path(ca).read_bytes(), read("PDSERVE_TLS_KEY"), read("PDSERVE_TLS_CERT"))
+    return dict(credentials=creds, token=os.environ.get("PDSERVE_AUTH_TOKEN") or None)
+
+
 def stream_from_router(target: str, request: dict, out=sys.stdout) -> str:
     """Send one request to the router and stream its text; returns the whole answer."""
     from client.client import PdserveClient
 
     text = []
-    with PdserveClient(target) as client:
+    with PdserveClient(target, **router_security_from_env()) as client:
         for chunk in client.generate(**request):
             out.write(chunk.text)
             out.flush()
@@ -135,7 +148,13 @@ def stack_spec_from_args(a: argparse.Namespace):
 def cmd_up(a: argparse.Namespace) -> int:
     from client.launcher import Stack
 
-    stack = Stack(stack_spec_from_args(a), inherit_output=a.verbose)
+    spec = stack_spec_from_args(a)
+    spec.tls = a.tls
+    if a.auth_token_file:
+        from router.auth import load_token
+
+        spec.auth_token = load_token(a.auth_token_file)
+    stack = Stack(spec, inherit_output=a.verbose)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -152,6 +171,9 @@ def cmd_up(a: argparse.Namespace) -> int:
             path = write_scrape_config(stack, a.prometheus_config, rule_files=rules,
                                        scrape_interval_s=a.prometheus_scrape_interval_s)
             print(f"prometheus scrape config: {path}")
+        if stack.tls_files is not None:
+            f = stack.tls_files
+            print(f"TLS on every port, mutual TLS between services: CA {f.ca}, certificate {f.cert}, key {f.key}")
         print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
         if stack.edge is not None:
             print(f"OpenAI-compatible API: {stack.http_url}/v1 (e.g. curl {stack.http_url}/v1/models)")
@@ -179,6 +201,14 @@ def cmd_demo(a: argparse.Namespace) -> int:
             stream_from_router(stack.router_target, dict(messages=[{"role": "user", "content": prompt}],
                                                          max_tokens=a.max_tokens, temperature=0.0))
     return 0
+
+
+def cmd_chaos(a: argparse.Namespace) -> int:
+    from client.chaos import run_chaos
+
+    faults = [f for f in a.faults.split(",") if f]
+    return run_chaos(a.model, faults, a.concurrency, a.prompts, a.max_tokens, a.before_s, a.after_s,
+                     a.time_scale, a.storm)
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
@@ -272,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus-rules", default=None, metavar="PATH",
                    help="alert rules file the scrape config loads (e.g. deploy/prometheus/alerts.yml)")
     p.add_argument("--prometheus-scrape-interval-s", type=float, default=5.0, help="scrape interval it sets")
+    p.add_argument("--tls", action="store_true",
+                   help="generate a CA and serve TLS on every port, mutual TLS between services")
+    p.add_argument("--auth-token-file", default=None, help="the router then requires this bearer token")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("generate", help="stream an answer for one prompt")
@@ -336,6 +369,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="load test a running stack (gRPC or OpenAI HTTP); bench-serving = bench --compare")
     add_bench_args(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("chaos", help="the fault matrix: each fault under steady load, answers checked, leaks counted")
+    p.add_argument("--model", default=None)
+    p.add_argument("--faults", default="none,decode_kill,prefill_kill,kvstore_kill,router_kill,rolling_restart,"
+                                       "cancel_storm")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=32, help="distinct requests (each answered once fault-free)")
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--before-s", type=float, default=3.0, help="load before the fault")
+    p.add_argument("--after-s", type=float, default=8.0, help="load after the fault")
+    p.add_argument("--time-scale", type=float, default=2.0, help="decode pacing (modeled step x this)")
+    p.add_argument("--storm", type=int, default=0,
+                   help="then a cancellation storm of this many requests, a third cancelled at random moments")
+    p.set_defaults(func=cmd_chaos)
     return parser
 
 

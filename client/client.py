@@ -8,6 +8,7 @@
 Sampling keywords are those of :class:`engine.params.SamplingParams` (max_tokens, temperature, top_p, stop, n,
 logprobs, ...); without max_tokens the router lets the answer run to the end of the context. With n > 1 the chunks
 of the samples interleave, each tagged with its ``index``.
+A router with TLS takes ``credentials=grpc.ssl_channel_credentials(...)``; one that checks bearer tokens, ``token=``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from common.convert import sampling_to_proto
 from common.server import GRPC_OPTIONS
 from engine.params import SamplingParams
 from protos import router_pb2, router_pb2_grpc
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
+    return (("authorization", f"Bearer {token}"),) if token else None
 
 
 def build_request(prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
@@ -62,9 +67,12 @@ def tokenize_request(prompt: str | None = None, *, messages: list[dict[str, str]
 
 
 class PdserveClient:
-    def __init__(self, target: str = "127.0.0.1:50050") -> None:
-        self.channel = grpc.insecure_channel(target, options=GRPC_OPTIONS)
+    def __init__(self, target: str = "127.0.0.1:50050", credentials: grpc.ChannelCredentials | None = None,
+                 token: str | None = None) -> None:
+        self.channel = (grpc.secure_channel(target, credentials, options=GRPC_OPTIONS) if credentials
+                        else grpc.insecure_channel(target, options=GRPC_OPTIONS))
         self.stub = router_pb2_grpc.RouterStub(self.channel)
+        self.metadata = auth_metadata(token)
 
     def __enter__(self) -> "PdserveClient":
         return self
@@ -78,33 +86,37 @@ class PdserveClient:
     def generate(self, prompt: str | None = None, *, timeout: float | None = None,
                  **kwargs) -> Iterator[router_pb2.GenerateChunk]:
         """Stream the answer; breaking out of the loop (or ``.cancel()`` on the returned call) cancels it."""
-        return self.stub.Generate(build_request(prompt, **kwargs), timeout=timeout)
+        return self.stub.Generate(build_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
 
     def complete(self, prompt: str | None = None, *, timeout: float | None = None,
                  **kwargs) -> router_pb2.GenerateResponse:
-        return self.stub.Complete(build_request(prompt, **kwargs), timeout=timeout)
+        return self.stub.Complete(build_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
 
     def list_models(self) -> router_pb2.ListModelsResponse:
-        return self.stub.ListModels(router_pb2.ListModelsRequest())
+        return self.stub.ListModels(router_pb2.ListModelsRequest(), metadata=self.metadata)
 
     def tokenize(self, prompt: str | None = None, **kwargs) -> router_pb2.TokenizeResponse:
         """Token ids as Generate would see them; ``messages=`` renders the chat template."""
-        return self.stub.Tokenize(tokenize_request(prompt, **kwargs))
+        return self.stub.Tokenize(tokenize_request(prompt, **kwargs), metadata=self.metadata)
 
     def detokenize(self, token_ids: list[int], model: str = "",
                    skip_special_tokens: bool | None = None) -> router_pb2.DetokenizeResponse:
         return self.stub.Detokenize(router_pb2.DetokenizeRequest(model=model, token_ids=token_ids,
-                                                                 skip_special_tokens=skip_special_tokens))
+                                                                 skip_special_tokens=skip_special_tokens),
+                                    metadata=self.metadata)
 
     def abort(self, request_ids: list[str]) -> router_pb2.AbortResponse:
         """Abort requests in flight by id (from any connection); says which ids were found."""
-        return self.stub.Abort(router_pb2.AbortRequest(request_ids=request_ids))
+        return self.stub.Abort(router_pb2.AbortRequest(request_ids=request_ids), metadata=self.metadata)
 
 
 class AsyncPdserveClient:
-    def __init__(self, target: str = "127.0.0.1:50050") -> None:
-        self.channel = grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
+    def __init__(self, target: str = "127.0.0.1:50050", credentials: grpc.ChannelCredentials | None = None,
+                 token: str | None = None) -> None:
+        self.channel = (grpc.aio.secure_channel(target, credentials, options=GRPC_OPTIONS) if credentials
+                        else grpc.aio.insecure_channel(target, options=GRPC_OPTIONS))
         self.stub = router_pb2_grpc.RouterStub(self.channel)
+        self.metadata = auth_metadata(token)
 
     async def __aenter__(self) -> "AsyncPdserveClient":
         return self
@@ -118,14 +130,14 @@ class AsyncPdserveClient:
     def generate(self, prompt: str | None = None, *, timeout: float | None = None,
                  **kwargs) -> AsyncIterator[router_pb2.GenerateChunk]:
         """An async iterator of chunks (a grpc.aio call: ``.cancel()`` cancels the request end to end)."""
-        return self.stub.Generate(build_request(prompt, **kwargs), timeout=timeout)
+        return self.stub.Generate(build_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
 
     async def complete(self, prompt: str | None = None, *, timeout: float | None = None,
                        **kwargs) -> router_pb2.GenerateResponse:
-        return await self.stub.Complete(build_request(prompt, **kwargs), timeout=timeout)
+        return await self.stub.Complete(build_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
 
     async def list_models(self) -> router_pb2.ListModelsResponse:
-        return await self.stub.ListModels(router_pb2.ListModelsRequest())
+        return await self.stub.ListModels(router_pb2.ListModelsRequest(), metadata=self.metadata)
 
     async def serving(self, timeout: float = 2.0) -> bool:
         """Whether the router answers grpc.health.v1 with SERVING."""
@@ -138,12 +150,14 @@ class AsyncPdserveClient:
 
     async def tokenize(self, prompt: str | None = None, *, timeout: float | None = None,
                        **kwargs) -> router_pb2.TokenizeResponse:
-        return await self.stub.Tokenize(tokenize_request(prompt, **kwargs), timeout=timeout)
+        return await self.stub.Tokenize(tokenize_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
 
     async def detokenize(self, token_ids: list[int], model: str = "", skip_special_tokens: bool | None = None,
                          timeout: float | None = None) -> router_pb2.DetokenizeResponse:
         return await self.stub.Detokenize(router_pb2.DetokenizeRequest(
-            model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens), timeout=timeout)
+            model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens), timeout=timeout,
+            metadata=self.metadata)
 
     async def abort(self, request_ids: list[str], timeout: float | None = None) -> router_pb2.AbortResponse:
-        return await self.stub.Abort(router_pb2.AbortRequest(request_ids=request_ids), timeout=timeout)
+        return await self.stub.Abort(router_pb2.AbortRequest(request_ids=request_ids), timeout=timeout,
+                                     metadata=self.metadata)

@@ -67,6 +67,8 @@ class StackSpec:
     perf_flags: list[str] = field(default_factory=list)  # e.g. ["--perf-hardware", "H200"]
     threads_per_worker: int | None = None  # BLAS threads per model worker (default: cores / workers)
     http_port: int | None = None  # the OpenAI-compatible HTTP edge in front of the router (None: none; 0: free port)
+    tls: bool = False  # a throwaway CA; TLS on every port, client certificates required between services
+    auth_token: str | None = None  # the router's public API then needs "authorization: Bearer <token>"
 
 
 @dataclass
@@ -105,8 +107,36 @@ class Stack:
         self.processes.append(p)
         return p
 
+    def _security(self) -> tuple[list[str], list[str]]:
+        """Flags for internal services and for the router: TLS with a fresh CA, the router's token file."""
+        self.tls_files = None
+        internal: list[str] = []
+        router: list[str] = []
+        if self.spec.tls:
+            from common.certs import make_ca
+
+            self.tls_files = make_ca(self.log_dir / "tls", ["pdserve"])["pdserve"]
+            f = self.tls_files
+            router = ["--tls-cert", f.cert, "--tls-key", f.key, "--tls-ca", f.ca]
+            internal = router + ["--tls-client-ca", f.ca]  # mutual TLS between services
+        if self.spec.auth_token:
+            token_file = self.log_dir / "auth-token"
+            token_file.write_text(self.spec.auth_token)
+            token_file.chmod(0o600)
+            router = router + ["--auth-token-file", str(token_file)]
+        return internal, router
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """Client credentials for any port of a TLS stack (the services' own certificate); None without TLS."""
+        if self.tls_files is None:
+            return None
+        f = self.tls_files
+        return grpc.ssl_channel_credentials(Path(f.ca).read_bytes(), Path(f.key).read_bytes(),
+                                            Path(f.cert).read_bytes())
+
     def _plan(self) -> None:
         s = self.spec
+        internal, router_security = self._security()
         model = ["--model", s.model] if s.model else []
         clock = ["--pace", s.pace, "--time-scale", str(s.time_scale)] + s.perf_flags
         kvstores = []
@@ -114,22 +144,23 @@ class Stack:
             for i in range(s.n_kvstore):
                 args = ["--capacity-mb", str(s.kv_capacity_mb)] + (["--enable-fault-injection"] if s.fault_injection
                                                                    else [])
-                kvstores.append(self._proc(f"kvstore-{i}", "kvstore", args + s.extra.get("kvstore", [])))
+                kvstores.append(self._proc(f"kvstore-{i}", "kvstore", args + internal + s.extra.get("kvstore", [])))
         kv_flag = ["--kvstore", ",".join(p.target for p in kvstores)]
         self.kvstores = kvstores
         self.prefills = [] if s.colocated else [
-            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + clock + s.extra.get("prefill", []))
+            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + clock + internal + s.extra.get("prefill", []))
             for i in range(s.n_prefill)]
         self.decodes = [
             self._proc(f"decode-{i}", "decode_server",
-                       model + kv_flag + clock + ["--kv-blocks", str(s.kv_blocks)] + s.extra.get("decode", []))
+                       model + kv_flag + clock + ["--kv-blocks", str(s.kv_blocks)] + internal + s.extra.get("decode", []))
             for i in range(s.n_decode)]
         self.router: Process | None = None
         if self.decodes:  # a stack without workers is just kvstores (for tests of the store alone)
             router_args = model + kv_flag + ["--decode", ",".join(p.target for p in self.decodes),
                                              "--prefill", ",".join(p.target for p in self.prefills),
                                              "--policy", s.policy] + (["--colocated"] if s.colocated else [])
-            self.router = self._proc("router", "router", router_args + s.extra.get("router", []), s.router_port)
+            self.router = self._proc("router", "router", router_args + router_security + s.extra.get("router", []),
+                                     s.router_port)
         self.edge: Process | None = None
         if self.router and s.http_port is not None:
             self.edge = self._proc("openai", "openai_server", ["--router", self.router.target] +
@@ -151,36 +182,51 @@ class Stack:
 
     def start(self, timeout_s: float = 120.0) -> "Stack":
         """Start in dependency order (kvstores, workers, router), each stage SERVING before the next starts."""
-        env = self._env()
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         deadline = time.monotonic() + timeout_s
         try:
             for stage in self._stages():
                 for p in stage:
-                    if self.inherit_output:
-                        out = None
-                    else:
-                        p.log_path = self.log_dir / f"{p.name}.log"
-                        out = open(p.log_path, "w")
-                    p.popen = subprocess.Popen([sys.executable, "-m", p.module, *p.args], env=env, stdout=out,
-                                               stderr=subprocess.STDOUT if out else None, cwd=root)
+                    self._launch(p)
                 self.wait_ready(stage, deadline)
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _launch(self, p: Process) -> None:
+        env = self._env()
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        if self.inherit_output:
+            out = None
+        else:
+            p.log_path = self.log_dir / f"{p.name}.log"
+            out = open(p.log_path, "a")
+        p.popen = subprocess.Popen([sys.executable, "-m", p.module, *p.args], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT if out else None, cwd=root)
+
+    def kill(self, p: Process, sig: int = signal.SIGKILL, timeout_s: float = 120.0) -> int:
+        """Stop one process with ``sig`` and wait for it (faults and rolling restarts); returns its exit code."""
+        p.popen.send_signal(sig)
+        return p.popen.wait(timeout=timeout_s)
+
+    def restart(self, p: Process, sig: int = signal.SIGTERM, timeout_s: float = 120.0) -> None:
+        """Stop one process (SIGTERM: it drains first) and start it again on the same port, SERVING on return."""
+        self.kill(p, sig, timeout_s)
+        self._launch(p)
+        self.wait_ready([p], time.monotonic() + timeout_s)
+
     def _stages(self) -> list[list[Process]]:
         return [self.kvstores, self.prefills + self.decodes, [self.router] if self.router else [],
                 [self.edge] if self.edge else []]
 
     def wait_ready(self, processes: list[Process], deadline: float) -> None:
+        credentials = self.credentials()
         for p in processes:
             if p is self.edge:
                 self._wait_http_ready(p, deadline)
                 continue
-            with grpc.insecure_channel(p.target) as ch:
+            with (grpc.secure_channel(p.target, credentials) if credentials else grpc.insecure_channel(p.target)) as ch:
                 stub = health_pb2_grpc.HealthStub(ch)
                 while True:
                     if p.popen.poll() is not None:

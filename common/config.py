@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from common.tls import add_tls_flags
 from engine.kv_cache import DEFAULT_BLOCK_TOKENS
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -69,6 +70,7 @@ def service_parser(name: str, default_port: int) -> FlagParser:
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add_tls_flags(parser)
     return parser
 
 

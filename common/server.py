@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from common import tls
 from common.metrics import MetricsInterceptor, request_id_var
 
 log = logging.getLogger("pdserve")
@@ -34,7 +35,10 @@ CHANNEL_OPTIONS = GRPC_OPTIONS + [
 
 
 def channel(target: str) -> grpc.aio.Channel:
-    """An aio channel to another pdserve service, with the same message limits."""
+    """An aio channel to another pdserve service, with the same message limits (TLS when ``--tls-ca`` is set)."""
+    config = tls.current()
+    if config.calls_tls:
+        return grpc.aio.secure_channel(target, config.channel_credentials(), options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
@@ -66,20 +70,28 @@ async def serve(
     host: str = "127.0.0.1",
     on_stop: Callable[[], object] | None = None,
     grace_s: float = 5.0,
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+    options: Iterable[tuple[str, object]] = (),
 ) -> None:
     """Start a service and run until SIGTERM/SIGINT.
 
     ``register`` adds the servicers to the server and returns their full service names (for health and reflection).
-    Health reports SERVING for each once the server has started, NOT_SERVING while it drains.
+    Health reports SERVING for each once the server has started, NOT_SERVING while it drains. The port serves TLS
+    (and asks for client certificates) as ``common.tls`` is configured; ``interceptors`` run after the metrics one.
     """
-    server = grpc.aio.server(interceptors=[MetricsInterceptor(name)], options=GRPC_OPTIONS)
+    server = grpc.aio.server(interceptors=[MetricsInterceptor(name), *interceptors],
+                             options=GRPC_OPTIONS + list(options))
     service_names = list(register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         service_names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    config = tls.current()
+    if config.serves_tls:
+        bound = server.add_secure_port(f"{host}:{port}", config.server_credentials())
+    else:
+        bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"{name}: cannot bind {host}:{port}")
     if metrics_port:
@@ -87,7 +99,9 @@ async def serve(
     await server.start()
     for service in service_names + [""]:
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("%s serving on %s:%d (metrics on :%s)", name, host, bound, metrics_port or "-")
+    log.info("%s serving on %s:%d%s (metrics on :%s)", name, host, bound,
+             " with TLS" + (" and client certificates" if config.client_ca else "") if config.serves_tls else "",
+             metrics_port or "-")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

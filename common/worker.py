@@ -24,6 +24,7 @@ from common.clock import StepClock, add_perf_flags, clock_from_args
 from common.metrics import MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS, ClockPair, set_process_info
 from common.config import FlagParser, add_model_flags, service_parser, split_targets
 from common.server import serve, setup_logging
+from common.tls import configure_from_args
 from engine.runtime import Runtime, default_served_name
 from engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
 from engine.sequence import Sequence
@@ -43,6 +44,11 @@ SCHEDULER_DEFAULTS = SchedulerConfig()
 
 class WorkerFull(Exception):
     """The worker holds as many requests as it may (``--max-queue``)."""
+
+
+class WorkerDraining(Exception):
+    """The worker is shutting down: it finishes what it holds and takes nothing new (answered UNAVAILABLE, so the
+    router sends the request elsewhere)."""
 
 
 @dataclass
@@ -74,6 +80,8 @@ class Worker:
         self.clock = clock
         self.max_queue = max_queue
         self.inflight = 0  # requests inside the service (including their KV transfers), for --max-queue
+        self.draining = False
+        self._idle = asyncio.Event()
         self._jobs: dict[int, Job] = {}  # id(sequence) -> job, while the scheduler holds the sequence
         self._wake = asyncio.Event()
         self._stepping = False
@@ -87,13 +95,28 @@ class Worker:
     @contextlib.contextmanager
     def admission(self):
         """Hold one of the worker's ``max_queue`` request places for the duration of a request."""
+        if self.draining:
+            raise WorkerDraining("worker is draining (shutting down); send the request to another worker")
         if self.inflight >= self.max_queue:
             raise WorkerFull(f"worker is full ({self.inflight} of {self.max_queue} requests)")
         self.inflight += 1
+        self._idle.clear()
         try:
             yield
         finally:
             self.inflight -= 1
+            if not self.inflight:
+                self._idle.set()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Take no new requests and wait (at most ``timeout_s``) until those inside have finished."""
+        self.draining = True
+        if self.inflight:
+            log.info("draining: waiting for %d requests (at most %.0fs)", self.inflight, timeout_s)
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("drain timed out with %d requests still running; they are cancelled", self.inflight)
 
     def submit(self, seq: Sequence) -> Job:
         """Queue a sequence; its tokens arrive on ``job.events``. Raises KVBudgetExceeded for one that can never run."""
@@ -240,6 +263,9 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
     parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER_DEFAULTS.max_num_seqs,
                         help="sequences in one step")
     parser.add_argument("--max-queue", type=int, default=max_queue, help="requests held before RESOURCE_EXHAUSTED")
+    parser.add_argument("--drain-timeout-s", type=float, default=60.0,
+                        help="on SIGTERM: health NOT_SERVING, new requests refused, and this long for those running "
+                             "to finish before the process stops")
     add_perf_flags(parser)
     return parser
 
@@ -248,6 +274,7 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
     """Load the model and put the scheduler, the clock and the loop together. A modeled deployment that cannot
     run stops the process with a message naming the field."""
     setup_logging(args.log_level)
+    configure_from_args(args)
     try:
         clock = clock_from_args(args)
     except ValueError as exc:
@@ -267,7 +294,8 @@ async def run_worker(name: str, args, worker: Worker,
     set_process_info(name, args, worker.served_name, config.fingerprint)
     loop_task = asyncio.create_task(worker.run(), name=f"{name}-steps")
     try:
-        await serve(name, args.port, lambda server: register(server, kv), args.metrics_port, args.host)
+        await serve(name, args.port, lambda server: register(server, kv), args.metrics_port, args.host,
+                    on_stop=lambda: worker.drain(args.drain_timeout_s))
     finally:
         loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

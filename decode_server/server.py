@@ -13,7 +13,7 @@ from common.convert import token_step
 from common.metrics import RPC_BUCKETS
 from common.status import abort_exhausted, abort_invalid
 from common.validation import check_worker_request
-from common.worker import ITL, Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
+from common.worker import ITL, Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from engine.params import InvalidParameter
 from engine.runtime import DEFAULT_SLAB_TOKENS
@@ -34,14 +34,19 @@ RUNNING = Gauge("pdserve_decode_num_requests_running", "Sequences in the running
 WAITING = Gauge("pdserve_decode_num_requests_waiting", "Sequences waiting for admission")
 KV_USAGE = Gauge("pdserve_decode_kv_cache_usage_perc", "Fraction of the KV block budget in use")
 PREEMPTIONS = Counter("pdserve_decode_num_preemptions", "Sequences preempted (KV dropped, recomputed later)")
+KV_LOAD_FAILURES = Counter("pdserve_decode_kv_load_failures_total",
+                           "KV fetches from the kvstore that failed, by what the worker did about it", ["policy"])
+KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink") -> None:
+    def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink",
+                 kv_load_failure_policy: str = "recompute") -> None:
         self.worker = worker
         self.runtime = worker.runtime
         self.kv = kv
         self.kv_link = kv_link
+        self.kv_load_failure_policy = kv_load_failure_policy
         s = worker.scheduler
         RUNNING.set_function(lambda: len(s.running))
         WAITING.set_function(lambda: len(s.waiting))
@@ -60,8 +65,13 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                                               rt.config.vocab_size, rt.config.context_length, "prompt_ids")
         if params.n != 1:
             raise InvalidParameter("sampling.n", "decode runs one sample per request (the router sends one per sample)")
+        bad = next((t for t in request.resume_ids if t >= rt.config.vocab_size), None)
+        if bad is not None:
+            raise InvalidParameter("resume_ids", f"token id {bad} is outside the vocabulary")
         if request.colocated:
             return prompt, params
+        if request.resume_ids:
+            raise InvalidParameter("resume_ids", "a resumed request recomputes its KV: set colocated=true")
         if request.first_token >= rt.config.vocab_size:
             raise InvalidParameter("first_token", f"{request.first_token} is outside the vocabulary")
         kv = request.kv
@@ -80,12 +90,14 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
     async def _fetch(self, seq: Sequence, handle) -> tuple[float, float]:
         """Import the request's blocks; returns (wall seconds, modeled transfer seconds)."""
         start = time.perf_counter()
-        blocks = await self.kv.get(list(handle.block_keys))
-        for block in blocks:
-            seq.kv.append_block(block.data, block.token_count)
-        if seq.kv.length != handle.token_count:
-            raise KVIntegrityError(f"blocks hold {seq.kv.length} tokens, the handle says {handle.token_count}")
-        modeled = await self.worker.clock.pace_transfer(handle.token_count, self.kv_link, time.perf_counter() - start)
+        async with self.kv.keep_lease(handle.lease_id, handle.lease_ttl_s):  # a slow fetch never loses the KV to expiry
+            blocks = await self.kv.get(list(handle.block_keys))
+            for block in blocks:
+                seq.kv.append_block(block.data, block.token_count)
+            if seq.kv.length != handle.token_count:
+                raise KVIntegrityError(f"blocks hold {seq.kv.length} tokens, the handle says {handle.token_count}")
+            modeled = await self.worker.clock.pace_transfer(handle.token_count, self.kv_link,
+                                                            time.perf_counter() - start)
         elapsed = time.perf_counter() - start
         KV_FETCH.observe(elapsed)
         await self.kv.release_quietly(handle.lease_id)  # we have our copy: the blocks may be evicted now
@@ -97,6 +109,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             seq = self.runtime.new_sequence(prompt, params, request.request_id)
             if not request.colocated:
                 seq.continue_from(request.first_token)
+            seq.resume_from(list(request.resume_ids))
         except InvalidParameter as exc:
             await abort_invalid(context, exc)
         try:
@@ -105,16 +118,16 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                     yield chunk
         except WorkerFull as exc:
             await abort_exhausted(context, f"decode {exc}")
+        except WorkerDraining as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"decode {exc}")
 
     async def _decode(self, seq: Sequence, request, context):
         fetch_s = transfer_modeled_s = 0.0
         if not request.colocated:
             try:
                 fetch_s, transfer_modeled_s = await self._fetch(seq, request.kv)
-            except (KVIntegrityError, ValueError) as exc:
-                await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
-            except grpc.aio.AioRpcError as exc:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"kvstore: {exc.details()}")
+            except (KVIntegrityError, ValueError, grpc.aio.AioRpcError) as exc:
+                await self._kv_load_failed(seq, request.kv, exc, context)
         try:
             job = self.worker.submit(seq)
         except KVBudgetExceeded as exc:
@@ -144,6 +157,20 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 self.worker.cancel(job)
                 REQUESTS.labels("abort").inc()
 
+    async def _kv_load_failed(self, seq: Sequence, handle, exc: Exception, context) -> None:
+        """The prompt's KV could not be fetched (a shard down, a block evicted or corrupted). ``recompute`` (as vLLM's
+        kv_load_failure_policy) drops what arrived and lets the scheduler recompute the prompt here, like a preempted
+        sequence: the output is the same. ``fail`` ends the request."""
+        detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        KV_LOAD_FAILURES.labels(self.kv_load_failure_policy).inc()
+        asyncio.ensure_future(self.kv.release_quietly(handle.lease_id))
+        if self.kv_load_failure_policy == "recompute":
+            log.warning("kv fetch failed (%s); recomputing the prompt", detail)
+            seq.kv.clear()
+            return
+        code = grpc.StatusCode.UNAVAILABLE if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.DATA_LOSS
+        await context.abort(code, f"kv: {detail}")
+
     @staticmethod
     def _first_chunk_timings(chunk: decode_pb2.DecodeChunk, job: Job, fetch_s: float, transfer_modeled_s: float) -> None:
         chunk.kv_fetch_wall_s = fetch_s
@@ -170,6 +197,8 @@ def build_parser():
                              "preempts where the real cluster would")
     parser.add_argument("--slab-tokens", type=int, default=DEFAULT_SLAB_TOKENS,
                         help="sequences up to this length share the batched-attention slab")
+    parser.add_argument("--kv-load-failure-policy", default="recompute", choices=KV_LOAD_FAILURE_POLICIES,
+                        help="when the prompt's KV cannot be fetched: recompute it here, or fail the request")
     return parser
 
 
@@ -181,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     worker = build_worker(args, Role.DECODE, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        decode_pb2_grpc.add_DecodeServicer_to_server(DecodeService(worker, kv, args.kv_link), server)
+        service = DecodeService(worker, kv, args.kv_link, args.kv_load_failure_policy)
+        decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
         return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
 
     asyncio.run(run_worker("decode", args, worker, register))

@@ -86,6 +86,18 @@ class Sequence:
             raise InvalidParameter("first_token", f"it already ends the request (finish reason "
                                                   f"{result.finish_reason.value}); there is nothing to decode")
 
+    def resume_from(self, output_ids: list[int]) -> None:
+        """Take over a sequence another worker was generating, its tokens ``output_ids`` already streamed.
+
+        Each token goes through the same bookkeeping (sampler counts and seeded positions, detokenizer, held-back
+        text), so the next token and its text continue exactly; the KV of prompt + these tokens is recomputed by the
+        scheduler like a preempted sequence's. A token that would already end the request is refused.
+        """
+        for i, token in enumerate(output_ids):
+            if self.append_token(token).finished:
+                raise InvalidParameter("resume_ids", f"token {i} ({token}) already ends the request (finish reason "
+                                                     f"{self.finish_reason.value}); there is nothing to resume")
+
     def abort(self, reason: FinishReason = FinishReason.ABORT) -> StepResult:
         result = self.stop.finish(reason)
         self.finish_reason = reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
@@ -13,6 +14,7 @@ from common.metrics import RPC_BUCKETS, set_process_info
 from common.server import serve, setup_logging
 from common.status import abort_code, abort_exhausted
 from common.config import FlagParser, service_parser
+from common.tls import configure_from_args
 from kvstore.wire import chunks_of
 from kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
 from protos import kvstore_pb2, kvstore_pb2_grpc
@@ -73,7 +75,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 
     @staticmethod
     async def _check_ttl(ttl: float, context, required: bool) -> float:
-        if (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
+        if not math.isfinite(ttl) or (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                 f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
         return ttl
@@ -101,7 +103,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 new = self.store.put(header.key, header.token_count, b"".join(parts), header.crc32, lease_id, ttl)
             except ChecksumMismatch as exc:
                 CHECKSUM_FAILURES.inc()
-                await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+                await context.abort(grpc.StatusCode.DATA_LOSS, f"data: {exc}")
             except StoreFull as exc:
                 await abort_exhausted(context, str(exc))
             stored += new
@@ -230,6 +232,7 @@ def build_parser() -> FlagParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
+    configure_from_args(args)
     service = KVStoreService(BlockStore(int(args.capacity_mb * (1 << 20))), args.enable_fault_injection)
     set_process_info("kvstore")
 

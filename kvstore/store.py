@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_LEASE_TTL_S = 3600.0
+RELEASED_KEPT = 100_000  # released lease ids remembered, so a Put or Acquire racing a release cannot revive one
 DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told otherwise
 
 
@@ -54,6 +55,7 @@ class BlockStore:
         self.clock = clock
         self.blocks: OrderedDict[str, Block] = OrderedDict()  # least recently used first
         self.leases: dict[str, Lease] = {}
+        self.released: OrderedDict[str, None] = OrderedDict()  # recently released lease ids, oldest first
         self.bytes_used = 0
         self.evictions = 0
         self.checksum_failures = 0
@@ -63,10 +65,12 @@ class BlockStore:
         now = self.clock()
         expired = [lid for lid, lease in self.leases.items() if lease.expires_at <= now]
         for lid in expired:
-            self.release(lid)
+            self._drop_lease(lid)
         return len(expired)
 
     def _lease(self, lease_id: str, ttl_s: float, key: str) -> None:
+        if lease_id in self.released:  # the holder already gave it up (e.g. a cancelled request's Put arriving late)
+            return
         lease = self.leases.get(lease_id)
         if lease is None:
             lease = self.leases[lease_id] = Lease(self.clock() + ttl_s)
@@ -84,6 +88,14 @@ class BlockStore:
         return len(lease.keys)
 
     def release(self, lease_id: str) -> int:
+        """Give a lease up for good: its blocks may be evicted, and the id is never leased again."""
+        self.released[lease_id] = None
+        self.released.move_to_end(lease_id)
+        while len(self.released) > RELEASED_KEPT:
+            self.released.popitem(last=False)
+        return self._drop_lease(lease_id)
+
+    def _drop_lease(self, lease_id: str) -> int:
         lease = self.leases.pop(lease_id, None)
         if lease is None:
             return 0

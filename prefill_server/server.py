@@ -13,8 +13,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from common.convert import token_step
 from common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
 from common.status import abort_code, abort_exhausted, abort_invalid
-from common.validation import check_worker_request
-from common.worker import Job, Worker, WorkerFull, build_worker, run_worker, worker_parser
+from common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
+from common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
 from engine.kv_cache import block_keys, tail_block_key
 from engine.params import InvalidParameter
 from engine.scheduler import Role
@@ -62,6 +62,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         ttl = request.lease_ttl_s or DEFAULT_LEASE_TTL_S
         if not 0 < ttl <= MAX_LEASE_TTL_S:
             raise InvalidParameter("lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {ttl}")
+        if len(request.lease_id) > MAX_REQUEST_ID_CHARS or not request.lease_id.isprintable():
+            raise InvalidParameter("lease_id", f"at most {MAX_REQUEST_ID_CHARS} printable characters")
         return ids, params, ttl
 
     async def Prefill(self, request, context):
@@ -71,17 +73,22 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             await abort_invalid(context, exc)
         try:
             with self.worker.admission():
-                return await self._prefill(request.request_id, ids, params, ttl, context)
+                return await self._prefill(request.request_id, ids, params, ttl, request.lease_id, context)
         except WorkerFull as exc:
             REQUESTS.labels("rejected").inc()
             await abort_exhausted(context, f"prefill {exc}")
+        except WorkerDraining as exc:
+            REQUESTS.labels("rejected").inc()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"prefill {exc}")
 
-    async def _prefill(self, request_id: str, ids: list[int], params, ttl: float, context):
+    async def _prefill(self, request_id: str, ids: list[int], params, ttl: float, lease_id: str, context):
         PROMPT_TOKENS.inc(len(ids))
         PROMPT_LEN.observe(len(ids))
         seq = self.runtime.new_sequence(ids, params, request_id)
         keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens)
-        lease_id = f"{request_id}:{uuid.uuid4().hex[:16]}"  # per call: a reused request id never shares KV state
+        # the router sends one lease id per request; a direct caller gets one per call, so a reused request id
+        # never shares KV state (lease, tail block) with another request
+        lease_id = lease_id or f"{request_id}:{uuid.uuid4().hex[:16]}"
         job: Job | None = None
         try:
             io_start = time.perf_counter()

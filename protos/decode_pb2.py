@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos import common_pb2 as protos_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/decode.proto\x12\npdserve.v1\x1a\x13protos/common.proto\"\xaf\x01\n\rDecodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\r\x12\x13\n\x0b\x66irst_token\x18\x03 \x01(\r\x12 \n\x02kv\x18\x04 \x01(\x0b\x32\x14.pdserve.v1.KVHandle\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x11\n\tcolocated\x18\x06 \x01(\x08\"\xce\x01\n\x0b\x44\x65\x63odeChunk\x12#\n\x04step\x18\x01 \x01(\x0b\x32\x15.pdserve.v1.TokenStep\x12\x17\n\x0fkv_fetch_wall_s\x18\x02 \x01(\x01\x12\x1d\n\x15kv_transfer_modeled_s\x18\x03 \x01(\x01\x12\x14\n\x0cqueue_wall_s\x18\x04 \x01(\x01\x12\x18\n\x10\x64\x65\x63ode_modeled_s\x18\x05 \x01(\x01\x12\x17\n\x0fqueue_modeled_s\x18\x06 \x01(\x01\x12\x19\n\x11prefill_modeled_s\x18\x07 \x01(\x01\x32\x84\x01\n\x06\x44\x65\x63ode\x12>\n\x06\x44\x65\x63ode\x12\x19.pdserve.v1.DecodeRequest\x1a\x17.pdserve.v1.DecodeChunk0\x01\x12:\n\x07GetLoad\x12\x17.pdserve.v1.LoadRequest\x1a\x16.pdserve.v1.WorkerLoadb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/decode.proto\x12\npdserve.v1\x1a\x13protos/common.proto\"\xc3\x01\n\rDecodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\r\x12\x13\n\x0b\x66irst_token\x18\x03 \x01(\r\x12 \n\x02kv\x18\x04 \x01(\x0b\x32\x14.pdserve.v1.KVHandle\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x11\n\tcolocated\x18\x06 \x01(\x08\x12\x12\n\nresume_ids\x18\x07 \x03(\r\"\xce\x01\n\x0b\x44\x65\x63odeChunk\x12#\n\x04step\x18\x01 \x01(\x0b\x32\x15.pdserve.v1.TokenStep\x12\x17\n\x0fkv_fetch_wall_s\x18\x02 \x01(\x01\x12\x1d\n\x15kv_transfer_modeled_s\x18\x03 \x01(\x01\x12\x14\n\x0cqueue_wall_s\x18\x04 \x01(\x01\x12\x18\n\x10\x64\x65\x63ode_modeled_s\x18\x05 \x01(\x01\x12\x17\n\x0fqueue_modeled_s\x18\x06 \x01(\x01\x12\x19\n\x11prefill_modeled_s\x18\x07 \x01(\x01\x32\x84\x01\n\x06\x44\x65\x63ode\x12>\n\x06\x44\x65\x63ode\x12\x19.pdserve.v1.DecodeRequest\x1a\x17.pdserve.v1.DecodeChunk0\x01\x12:\n\x07GetLoad\x12\x17.pdserve.v1.LoadRequest\x1a\x16.pdserve.v1.WorkerLoadb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.decode_pb2', _global
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DECODEREQUEST']._serialized_start=57
-  _globals['_DECODEREQUEST']._serialized_end=232
-  _globals['_DECODECHUNK']._serialized_start=235
-  _globals['_DECODECHUNK']._serialized_end=441
-  _globals['_DECODE']._serialized_start=444
-  _globals['_DECODE']._serialized_end=576
+  _globals['_DECODEREQUEST']._serialized_end=252
+  _globals['_DECODECHUNK']._serialized_start=255
+  _globals['_DECODECHUNK']._serialized_end=461
+  _globals['_DECODE']._serialized_start=464
+  _globals['_DECODE']._serialized_end=596
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from common.convert import sampling_from_proto
+from common.validation import check_request_id
 from engine.params import InvalidParameter, SamplingParams, validate_request
 from engine.tokenizer import GGUFTokenizer
 from protos import router_pb2
@@ -20,6 +21,8 @@ class RequestValidator:
 
     def validate(self, request: router_pb2.GenerateRequest) -> tuple[list[int], SamplingParams]:
         """Prompt ids and sampling parameters, or InvalidParameter naming the field and the limit."""
+        if request.request_id:
+            check_request_id(request.request_id)
         if request.model and request.model != self.model_name:
             raise InvalidParameter("model", f"unknown model {request.model!r}; this router serves {self.model_name!r}")
         ids_field = "prompt.token_ids" if request.WhichOneof("prompt") == "token_ids" else "prompt"

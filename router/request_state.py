@@ -35,6 +35,8 @@ class RequestState:
     started: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     completion_tokens: int = 0
+    output_ids: list[int] = field(default_factory=list)  # every token relayed to the client so far
+    resumes: int = 0  # times the decode stream moved to another worker mid-stream
     cached_tokens: int = 0
     queue_s: float = 0.0
     prefill_queue_s: float = 0.0  # the part of queue_s before the first token
@@ -75,10 +77,11 @@ class RequestState:
             return self.queue_s, self.queue_modeled_s
         return self.prefill_queue_s, self.queue_modeled_s
 
-    def took_tokens(self, n: int) -> None:
-        if self.first_token_at is None and n:
+    def took_tokens(self, ids) -> None:
+        if self.first_token_at is None and ids:
             self.first_token_at = time.perf_counter()
-        self.completion_tokens += n
+        self.output_ids.extend(ids)
+        self.completion_tokens += len(ids)
 
     def timings(self) -> common_pb2.Timings:
         now = time.perf_counter()

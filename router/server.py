@@ -7,10 +7,12 @@ import asyncio
 from common.config import FlagParser, add_model_flags, service_parser, split_targets
 from common.metrics import set_process_info
 from common.server import serve, setup_logging
+from common.tls import configure_from_args
 from engine.runtime import model_metadata
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import router_pb2, router_pb2_grpc
 from router.metrics import init_labels
+from router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token
 from router.policy import PREFILL_POLICIES, PrefillPolicy
 from router.service import RouterConfig, RouterService
 from router.workers import decode_pool, prefill_pool, split_target
@@ -29,6 +31,14 @@ def build_parser() -> FlagParser:
     parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
                         help="how long prefilled KV waits for decode")
+    parser.add_argument("--decode-resumes", type=int, default=3,
+                        help="times a request may resume on another decode worker after its worker went away "
+                             "mid-stream (0: such a request fails with UNAVAILABLE)")
+    parser.add_argument("--auth-token-file", default=None,
+                        help=f"require 'authorization: Bearer <token>' on the public API, the token read from this "
+                             f"file (or from ${TOKEN_ENV}; never logged)")
+    parser.add_argument("--max-streams-per-connection", type=int, default=100,
+                        help="concurrent calls one client connection may have open (HTTP/2 max concurrent streams)")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
     parser.add_argument("--discovery-interval-s", type=float, default=5.0,
@@ -46,12 +56,16 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             parser.error(f"--{flag}: {exc}")
     setup_logging(args.log_level)
+    configure_from_args(args)
+    token = load_token(args.auth_token_file)
+    if args.max_streams_per_connection < 1:
+        raise SystemExit("--max-streams-per-connection: must be at least 1")
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(
         model_name=args.served_model_name or default_name,
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
-        lease_ttl_s=args.lease_ttl_s)
+        lease_ttl_s=args.lease_ttl_s, decode_resumes=args.decode_resumes)
     set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
 
     async def run() -> None:
@@ -73,7 +87,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.discovery_interval_s > 0:
             pollers += [asyncio.create_task(p.discover_loop(args.discovery_interval_s)) for p in (prefill, decode)]
         try:
-            await serve("router", args.port, register, args.metrics_port, args.host)
+            await serve("router", args.port, register, args.metrics_port, args.host,
+                        interceptors=[BearerAuthInterceptor(token)] if token else [],
+                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)])
         finally:
             for p in pollers:
                 p.cancel()

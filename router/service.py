@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -11,21 +12,21 @@ import grpc
 
 from common.metrics import request_id_var
 from common.convert import sampling_from_proto, sampling_to_proto
-from common.status import abort_code, abort_exhausted, abort_invalid
+from common.status import abort_code, abort_invalid, exhausted_status
 from common.validation import check_request_id
 from engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys
 from engine.params import InvalidParameter, sample_params
 from engine.tokenizer import GGUFTokenizer
 from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
 from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
-from router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
+from router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
 from router.policy import PrefillPolicy
 from router.prompt import RequestValidator
 from router.request_state import Inflight, RequestState, total_usage
 from router.streams import merge
 from router.tokens import TokenPieces
 from router.tokenize import TokenizeRPCs
-from router.upstream import UpstreamError, prefill_with_retries, relay_decode
+from router.upstream import StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode
 from router.workers import WorkerPool
 
 log = logging.getLogger("pdserve.router")
@@ -41,6 +42,7 @@ class RouterConfig:
     max_inflight: int = 512
     prefill_retries: int = 3
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
 
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
@@ -58,6 +60,20 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         # request id: one request per id
         self.active: dict[str, Inflight] = {}
         self.pieces = TokenPieces(tokenizer)
+        self.mean_e2e_s = 1.0  # moving average of finished requests' wall time, for the retry advice
+
+    def retry_after_s(self) -> float:
+        """When a shed request should come back: about when one of the requests in flight will have finished."""
+        return min(30.0, max(0.05, self.mean_e2e_s / max(1, self.inflight)))
+
+    async def _shed(self, context, reason: str, message: str) -> None:
+        """RESOURCE_EXHAUSTED with retry advice: in the message, as RetryInfo, and as ``retry-after-ms`` metadata."""
+        REJECTED.labels(reason).inc()
+        after_s = self.retry_after_s()
+        after_ms = int(after_s * 1000)
+        status = exhausted_status(f"{message}; retry in about {after_ms} ms", after_s)
+        await context.abort(status.code, status.details,
+                            tuple(status.trailing_metadata) + (("retry-after-ms", str(after_ms)),))
 
     async def ListModels(self, request, context):
         c = self.config
@@ -75,9 +91,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             REJECTED.labels("invalid").inc()
             await abort_invalid(context, exc)
         if self.inflight >= self.config.max_inflight:
-            REJECTED.labels("router_full").inc()
-            await abort_exhausted(context, f"router is at its limit of {self.config.max_inflight} requests in flight; "
-                                           f"retry later")
+            await self._shed(context, "router_full",
+                             f"router is at its limit of {self.config.max_inflight} requests in flight")
         if request_id in self.active:
             REJECTED.labels("duplicate_id").inc()
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")
@@ -101,13 +116,14 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             for chunk in self._abort_chunks(samples):
                 yield chunk
         except UpstreamError as exc:
-            if exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                REJECTED.labels("workers_full").inc()
+            if exc.overloaded:
                 outcome = ""
-            else:
-                outcome = "error"
+                await self._shed(context, "workers_full", str(exc))
+            outcome = "error"
+            log.warning("request failed: %s: %s", exc.code.name, exc)
             await abort_code(context, exc.code, str(exc))
         finally:
+            self.mean_e2e_s += 0.1 * (time.perf_counter() - samples[0].started - self.mean_e2e_s)
             del self.active[request_id]
             self.inflight -= 1
             INFLIGHT.dec()
@@ -162,15 +178,16 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 yield chunk
             return
         keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens)
+        lease_id = samples[0].lease_id = uuid.uuid4().hex  # released if the request ends before decode took the KV
         prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
-                                                     lease_ttl_s=self.config.lease_ttl_s)
+                                                     lease_ttl_s=self.config.lease_ttl_s, lease_id=lease_id)
         reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
                                            self.config.prefill_retries, context.time_remaining(), track)
         firsts = [reply.first, *reply.forks]
         for state in samples:
             state.took_prefill(reply)
         for i in range(1, n):  # sample 0 decodes under prefill's lease, the others under their own
-            samples[i].lease_id = "" if firsts[i].finish_reason else f"{request_id}#{i}"  # released at the end
+            samples[i].lease_id = "" if firsts[i].finish_reason else f"{lease_id}#{i}"  # released at the end
             if samples[i].lease_id:
                 await self._lease_copy(reply.kv, samples[i].lease_id)
         for i, first in enumerate(firsts):
@@ -201,16 +218,49 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         """Every sample's decode stream, merged as chunks arrive. A chunk is counted when it is passed on (not when
         it arrives), so that usage after an abort counts exactly the tokens the client got."""
         async def one(i: int, request: decode_pb2.DecodeRequest):
-            async for chunk in relay_decode(self.decode, request, context.time_remaining(), track):
+            async for chunk in self._resumable(samples[i], request, context, track):
                 yield i, chunk
 
         async for i, chunk in merge([one(i, r) for i, r in requests.items()]):
             samples[i].took_decode_chunk(chunk)
             yield self._chunk(samples, i, chunk.step)
 
+    async def _resumable(self, state: RequestState, request: decode_pb2.DecodeRequest, context, track):
+        """One sample's decode stream; when its worker goes away mid-stream, resume on another one.
+
+        The resumed request carries every token already relayed: the new worker recomputes prompt + those tokens and
+        continues from the next one, so the client sees no gap and no duplicate (and with greedy or seeded sampling
+        the same tokens as without the fault).
+        """
+        failed: set[str] = set()
+        # every token of this sample the client has or will have: prefill's first token (already passed on) and what
+        # this stream yields (the merge may not have counted it in the state yet)
+        relayed: list[int] = list(state.output_ids)
+        while True:
+            try:
+                async for chunk in relay_decode(self.decode, request, context.time_remaining(), frozenset(failed),
+                                                track):
+                    relayed.extend(chunk.step.token_ids)
+                    yield chunk
+                return
+            except StreamInterrupted as exc:
+                failed.add(exc.target)
+                if state.resumes >= self.config.decode_resumes:
+                    raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
+                                        f"{exc}; gave up after {state.resumes} resumptions") from exc
+                if len(failed) >= len(self.decode.workers):
+                    raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
+                                        f"{exc}; no other decode worker can resume the request") from exc
+                state.resumes += 1
+                RETRIES.labels("resume").inc()
+                log.warning("%s; resuming after %d tokens", exc, len(relayed))
+                request = decode_pb2.DecodeRequest(request_id=request.request_id, prompt_ids=request.prompt_ids,
+                                                   sampling=request.sampling, colocated=True,
+                                                   resume_ids=relayed)
+
     def _chunk(self, samples: list[RequestState], index: int, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:
         state = samples[index]
-        state.took_tokens(len(step.token_ids))
+        state.took_tokens(step.token_ids)
         chunk = router_pb2.GenerateChunk(request_id=state.request_id, token_ids=step.token_ids, text=step.text,
                                          finish_reason=step.finish_reason, stop_reason=step.stop_reason,
                                          logprobs=self.pieces.spell(step.logprobs), index=index)

@@ -2,12 +2,14 @@
 
 A prefill that fails with UNAVAILABLE (worker down) or RESOURCE_EXHAUSTED (queue full) moves to another worker. A
 decode worker that is UNAVAILABLE before it streamed anything is replaced by another (the KV still waits, leased, in
-the kvstore); after the first chunk a failure ends the request. Every move is counted in
-``pdserve_router_retries_total{phase}``.
+the kvstore). A decode worker that goes away after streaming (UNAVAILABLE: it died; CANCELLED: it stopped) raises
+:class:`StreamInterrupted`, and the service resumes the request elsewhere by recomputation. Every move is counted in
+``pdserve_router_retries_total{phase}`` (phase prefill, decode or resume).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -22,67 +24,96 @@ from router.workers import WorkerPool
 log = logging.getLogger("pdserve.router")
 
 
+# A decode stream that ends with one of these after streaming means the worker went away, not that the request is bad.
+WORKER_GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# When every worker of a pool was unavailable (e.g. one restarting while the router's channel to it is still in its
+# reconnect backoff, the other draining), the pool is tried again after a pause, this many times in all.
+UNAVAILABLE_ROUNDS = 3
+ROUND_PAUSE_S = 0.5
+
+
 class UpstreamError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, overloaded: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.overloaded = overloaded  # the workers are full now: worth retrying later
 
 
 def _untracked(call: grpc.aio.Call) -> None:
     pass
 
 
+class StreamInterrupted(Exception):
+    """A decode worker went away after streaming part of a request (the request can resume elsewhere)."""
+
+    def __init__(self, target: str, err: grpc.aio.AioRpcError) -> None:
+        super().__init__(f"decode worker {target} went away mid-stream ({err.code().name}: {err.details()})")
+        self.target = target
+
+
 async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request: prefill_pb2.PrefillRequest,
                                block_keys: list[str], attempts: int, timeout: float | None,
                                track: Callable[[grpc.aio.Call], None] = _untracked) -> prefill_pb2.PrefillReply:
     """``track`` is shown every call made, so that an Abort can cancel it (its awaiting then raises CancelledError)."""
-    tried: set[str] = set()
     last_error: grpc.aio.AioRpcError | None = None
     n_tokens = len(request.token_ids)
-    for attempt in range(min(attempts, len(pool.workers))):
-        candidates = pool.available(exclude=tried)
-        if not candidates:
+    for round_ in range(UNAVAILABLE_ROUNDS):
+        if round_:
+            await asyncio.sleep(ROUND_PAUSE_S * round_)
+        tried: set[str] = set()
+        for attempt in range(min(attempts, len(pool.workers))):
+            candidates = pool.available(exclude=tried)
+            if not candidates:
+                break
+            if attempt or round_:
+                RETRIES.labels("prefill").inc()
+            worker = policy.choose(candidates, block_keys)
+            ROUTED.labels("prefill", policy.name, worker.target).inc()
+            tried.add(worker.target)
+            worker.inflight += 1
+            worker.inflight_tokens += n_tokens
+            try:
+                call = worker.stub.Prefill(request, timeout=timeout, metadata=request_metadata(request.request_id))
+                track(call)
+                reply = await call
+                worker.remember(block_keys)
+                return reply
+            except grpc.aio.AioRpcError as err:
+                last_error = err
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    worker.mark_down()
+                    log.warning("prefill worker %s unavailable; retrying elsewhere", worker.target)
+                    continue
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    continue
+                raise UpstreamError(err.code(), f"prefill: {err.details()}") from err
+            finally:
+                worker.inflight -= 1
+                worker.inflight_tokens -= n_tokens
+        if last_error is None or last_error.code() != grpc.StatusCode.UNAVAILABLE:
             break
-        if attempt:
-            RETRIES.labels("prefill").inc()
-        worker = policy.choose(candidates, block_keys)
-        ROUTED.labels("prefill", policy.name, worker.target).inc()
-        tried.add(worker.target)
-        worker.inflight += 1
-        worker.inflight_tokens += n_tokens
-        try:
-            call = worker.stub.Prefill(request, timeout=timeout, metadata=request_metadata(request.request_id))
-            track(call)
-            reply = await call
-            worker.remember(block_keys)
-            return reply
-        except grpc.aio.AioRpcError as err:
-            last_error = err
-            if err.code() == grpc.StatusCode.UNAVAILABLE:
-                worker.mark_down()
-                log.warning("prefill worker %s unavailable; retrying elsewhere", worker.target)
-                continue
-            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                continue
-            raise UpstreamError(err.code(), f"prefill: {err.details()}") from err
-        finally:
-            worker.inflight -= 1
-            worker.inflight_tokens -= n_tokens
     if last_error is not None and last_error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         raise UpstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"all prefill workers are full ({last_error.details()}); retry later")
+                            f"all prefill workers are full ({last_error.details()})", overloaded=True)
     raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
                         f"no prefill worker could take the request ({last_error.details() if last_error else ''})")
 
 
 async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, timeout: float | None,
+                       exclude: frozenset[str] = frozenset(),
                        track: Callable[[grpc.aio.Call], None] = _untracked) -> AsyncIterator[decode_pb2.DecodeChunk]:
-    tried: set[str] = set()
+    tried: set[str] = set(exclude)
+    rounds = 1
     while True:
         candidates = pool.available(exclude=tried)
+        if not candidates and rounds < UNAVAILABLE_ROUNDS:  # every one unavailable: pause, then try them again
+            await asyncio.sleep(ROUND_PAUSE_S * rounds)
+            rounds += 1
+            tried = set(exclude)
+            candidates = pool.available(exclude=tried)
         if not candidates:
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "decode: no decode worker could take the request")
-        if tried:
+        if len(tried) > len(exclude) or rounds > 1:
             RETRIES.labels("decode").inc()
         worker = choose_decode(candidates)
         ROUTED.labels("decode", "least_kv_usage", worker.target).inc()
@@ -97,11 +128,13 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, time
                 yield chunk
             return
         except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.UNAVAILABLE:
+            if err.code() == grpc.StatusCode.UNAVAILABLE and not relayed:
                 worker.mark_down()
-                if not relayed:
-                    log.warning("decode worker %s unavailable; retrying elsewhere", worker.target)
-                    continue
+                log.warning("decode worker %s unavailable; retrying elsewhere", worker.target)
+                continue
+            if err.code() in WORKER_GONE and relayed:
+                worker.mark_down()
+                raise StreamInterrupted(worker.target, err) from err
             raise UpstreamError(err.code(), f"decode: {err.details()}") from err
         finally:
             worker.inflight -= 1

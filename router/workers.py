@@ -1,4 +1,7 @@
-"""The router's view of its workers: stubs, load (polled and counted locally), and recent failures."""
+"""The router's view of its workers: stubs, load (polled and counted locally), health, and recent failures.
+
+A worker whose health says NOT_SERVING is draining (it got SIGTERM and finishes what it runs): it gets nothing new.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.server import channel
 from protos import common_pb2, decode_pb2_grpc, prefill_pb2_grpc
@@ -31,12 +35,13 @@ class Worker:
     inflight: int = 0  # requests this router has sent and not finished
     inflight_tokens: int = 0  # prompt tokens of those requests (prefill)
     down_until: float = 0.0
+    draining: bool = False  # its health said NOT_SERVING at the last poll
     # approximate record of the block keys this worker computed or reused recently (cache_aware routing)
     recent_keys: OrderedDict = field(default_factory=OrderedDict)
 
     @property
     def available(self) -> bool:
-        return time.monotonic() >= self.down_until
+        return time.monotonic() >= self.down_until and not self.draining
 
     def mark_down(self) -> None:
         self.down_until = time.monotonic() + DOWN_FOR_S
@@ -148,6 +153,9 @@ class WorkerPool:
     @staticmethod
     async def _poll(worker: Worker) -> None:
         try:
+            health = await health_pb2_grpc.HealthStub(worker.channel).Check(health_pb2.HealthCheckRequest(),
+                                                                            timeout=1.0)
+            worker.draining = health.status != health_pb2.HealthCheckResponse.SERVING
             worker.load = await worker.stub.GetLoad(common_pb2.LoadRequest(), timeout=1.0)
         except grpc.aio.AioRpcError:
             worker.mark_down()

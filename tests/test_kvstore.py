@@ -37,6 +37,22 @@ def test_store_evicts_lru_unleased_never_leased():
         store.put("z", 1, bytes(100), crc(bytes(100)))
 
 
+def test_released_lease_is_never_revived_by_a_late_put_or_acquire():
+    """A cancelled request's lease is released while its Put may still be on the wire: that Put stores the block but
+    must not lease it again (the lease would outlive the request until its TTL). An expired lease is not barred."""
+    clock = FakeClock()
+    store = BlockStore(capacity_bytes=1000, clock=clock)
+    store.put("a", 1, bytes(10), crc(bytes(10)), lease_id="R", lease_ttl_s=10)
+    assert store.release("R") == 1
+    store.put("b", 1, bytes(10), crc(bytes(10)), lease_id="R", lease_ttl_s=10)
+    assert store.acquire(["a", "b"], "R", 10) == 2
+    assert store.leases == {} and store.leased_blocks == 0
+    store.put("c", 1, bytes(10), crc(bytes(10)), lease_id="E", lease_ttl_s=1)
+    clock.now = 5.0
+    assert store.expire_leases() == 1
+    assert store.acquire(["c"], "E", 10) == 1 and store.leased_blocks == 1
+
+
 def test_store_put_is_idempotent_and_checks_crc():
     store = BlockStore(1000)
     assert store.put("k", 2, b"abc", crc(b"abc")) is True

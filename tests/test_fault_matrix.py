@@ -1,0 +1,33 @@
+"""The fault matrix at small scale (what ``pdserve chaos`` runs larger): each fault under steady load on the tiny model,
+every answer checked token for token against the fault-free run, and nothing lost, duplicated or leaked."""
+
+import asyncio
+
+import pytest
+
+from client.chaos import FAULTS, format_table, make_workload, matrix_spec, run_matrix
+from client.launcher import Stack
+
+
+@pytest.fixture(scope="module")
+def matrix(tiny_model_path, tiny_runtime):
+    from client.chaos import fault_free
+
+    workload = make_workload(tiny_runtime.config.vocab_size, n=8, max_tokens=16)
+    with Stack(matrix_spec(str(tiny_model_path))) as stack:
+        asyncio.run(fault_free(stack.router_target, workload))
+        rows = run_matrix(stack, workload, list(FAULTS), concurrency=4, before_s=1.5, after_s=3.0)
+    print("\n" + format_table(rows))
+    return {r.fault: r for r in rows}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_fault_loses_duplicates_and_leaks_nothing(matrix, fault):
+    row = matrix[fault]
+    assert row.sent > 0 and row.correct > 0
+    assert (row.lost, row.duplicated, row.wrong) == (0, 0, 0), row
+    assert (row.leaked_leases, row.leaked_blocks, row.leaked_inflight) == (0, 0, 0), row
+    if fault in ("none", "decode_kill", "prefill_kill", "kvstore_kill", "rolling_restart"):
+        assert row.failed_clean == 0, row  # a survivor took over: every request completed correctly
+    if fault == "cancel_storm":
+        assert row.cancelled > 0

@@ -1,0 +1,132 @@
+"""TLS on every port with mutual TLS between services, bearer-token auth on the router, and the router's limits."""
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client.client import AsyncPdserveClient, PdserveClient
+from common.certs import make_ca
+from protos import kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
+from tests.conftest import start_stack
+from tests.helpers import scrape
+
+TOKEN = "s3cret-token-7f2c"
+PROMPT = list(range(3, 30))
+
+
+@pytest.fixture(scope="module")
+def secure_stack(tiny_model_path):
+    stack = start_stack(model=str(tiny_model_path), tls=True, auth_token=TOKEN, metrics=True,
+                        extra={"router": ["--max-streams-per-connection", "1"],
+                               "decode": ["--pace", "realtime", "--time-scale", "8"]})
+    yield stack
+    stack.stop()
+
+
+def prefill_tokens_seen(stack) -> float:
+    return scrape(stack.prefills[0].metrics_port).get(("pdserve_prefill_prompt_tokens_total", ()), 0.0)
+
+
+def test_tls_and_token_serve_a_request(secure_stack):
+    with PdserveClient(secure_stack.router_target, credentials=secure_stack.credentials(), token=TOKEN) as c:
+        reply = c.complete(token_ids=PROMPT, max_tokens=3, temperature=0)
+        assert reply.usage.completion_tokens == 3
+        assert c.list_models().models[0].id
+
+
+@pytest.mark.parametrize("token", [None, "wrong", TOKEN + "x"])
+def test_missing_or_wrong_token_is_unauthenticated_before_any_work(secure_stack, token):
+    seen = prefill_tokens_seen(secure_stack)
+    with PdserveClient(secure_stack.router_target, credentials=secure_stack.credentials(), token=token) as c:
+        for call in (lambda: c.complete(token_ids=PROMPT, max_tokens=3),
+                     lambda: list(c.generate(token_ids=PROMPT, max_tokens=3)),
+                     lambda: c.complete(token_ids=[], max_tokens=0),  # invalid too: auth is checked first
+                     c.list_models):
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "bearer token" in err.value.details()
+    assert prefill_tokens_seen(secure_stack) == seen  # no prompt reached a worker
+
+
+def test_token_never_logged(secure_stack):
+    with PdserveClient(secure_stack.router_target, credentials=secure_stack.credentials(), token="guess-123") as c:
+        with pytest.raises(grpc.RpcError):
+            c.complete(token_ids=PROMPT, max_tokens=2)
+    logs = "".join(p.log_path.read_text(errors="replace") for p in secure_stack.processes)
+    assert "auth-token" in " ".join(secure_stack.router.args)  # given as a file, never on the command line
+    assert TOKEN not in logs and "guess-123" not in logs and TOKEN not in " ".join(secure_stack.router.args)
+
+
+def test_plaintext_is_refused_on_every_port(secure_stack):
+    for p in secure_stack.processes:
+        with grpc.insecure_channel(p.target) as ch:
+            with pytest.raises(grpc.RpcError) as err:
+                router_pb2_grpc.RouterStub(ch).ListModels(router_pb2.ListModelsRequest(), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE, p.name
+
+
+def test_internal_services_require_a_client_certificate_from_their_ca(secure_stack, tmp_path):
+    kvstore = secure_stack.kvstores[0].target
+    ca = Path(secure_stack.tls_files.ca).read_bytes()
+    stranger = make_ca(tmp_path, ["stranger"])["stranger"]  # a valid certificate, from another CA
+    for creds in (grpc.ssl_channel_credentials(ca),  # server verified, no client certificate
+                  grpc.ssl_channel_credentials(ca, Path(stranger.key).read_bytes(), Path(stranger.cert).read_bytes())):
+        with grpc.secure_channel(kvstore, creds) as ch:
+            with pytest.raises(grpc.RpcError) as err:
+                kvstore_pb2_grpc.KVStoreStub(ch).Stats(kvstore_pb2.StatsRequest(), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    with grpc.secure_channel(kvstore, secure_stack.credentials()) as ch:  # the stack's own certificate: accepted
+        assert kvstore_pb2_grpc.KVStoreStub(ch).Stats(kvstore_pb2.StatsRequest(), timeout=5).capacity_bytes > 0
+
+
+def test_router_port_needs_no_client_certificate(secure_stack):
+    creds = grpc.ssl_channel_credentials(Path(secure_stack.tls_files.ca).read_bytes())
+    with PdserveClient(secure_stack.router_target, credentials=creds, token=TOKEN) as c:
+        assert c.complete(token_ids=PROMPT, max_tokens=2, temperature=0).usage.completion_tokens == 2
+
+
+def test_concurrent_streams_per_connection_are_limited(secure_stack):
+    """With --max-streams-per-connection 1 a second call on the same connection waits for the first (here: past its
+    deadline), while a new connection is served."""
+    stack = secure_stack
+
+    async def scenario():
+        async with AsyncPdserveClient(stack.router_target, credentials=stack.credentials(), token=TOKEN) as c:
+            long_call = c.generate(token_ids=PROMPT, max_tokens=60, ignore_eos=True, temperature=0)
+            await long_call.read()  # its stream is open
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await c.complete(token_ids=PROMPT, max_tokens=2, timeout=3)
+            async with AsyncPdserveClient(stack.router_target, credentials=stack.credentials(), token=TOKEN) as other:
+                reply = await other.complete(token_ids=PROMPT, max_tokens=2, temperature=0, timeout=60)
+            long_call.cancel()
+            return err.value.code(), reply.usage.completion_tokens
+
+    assert asyncio.run(scenario()) == (grpc.StatusCode.DEADLINE_EXCEEDED, 2)
+
+
+def test_request_id_and_prompt_limits(secure_stack):
+    with PdserveClient(secure_stack.router_target, credentials=secure_stack.credentials(), token=TOKEN) as c:
+        with pytest.raises(grpc.RpcError) as err:
+            c.complete(token_ids=PROMPT, max_tokens=2, request_id="r" * 129)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("request_id:")
+        with pytest.raises(grpc.RpcError) as err:
+            c.complete(token_ids=list(range(3, 40)) * 20, max_tokens=2)  # 740 tokens > the 512-token context
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("prompt:")
+        with pytest.raises(grpc.RpcError) as err:
+            c.complete(token_ids=PROMPT, max_tokens=2, stop=["s"] * 17)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("stop:")
+
+
+def test_bad_tls_paths_stop_the_service_naming_the_flag(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "kvstore", "--port", "0", "--tls-cert", str(tmp_path / "none.pem"),
+                          "--tls-key", str(tmp_path / "none.key")], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode != 0 and "--tls-cert" in out.stderr and "Traceback" not in out.stderr
+
+
