@@ -127,17 +127,22 @@ class AsyncPdserveClient:
     async def close(self) -> None:
         await self.channel.close()
 
-    def generate(self, prompt: str | None = None, *, timeout: float | None = None,
+    def _metadata(self, token: str | None):
+        """This call's metadata: a proxy serving many callers passes each one's ``token`` (else the client's own)."""
+        return auth_metadata(token) if token else self.metadata
+
+    def generate(self, prompt: str | None = None, *, timeout: float | None = None, token: str | None = None,
                  **kwargs) -> AsyncIterator[router_pb2.GenerateChunk]:
         """An async iterator of chunks (a grpc.aio call: ``.cancel()`` cancels the request end to end)."""
-        return self.stub.Generate(build_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
+        return self.stub.Generate(build_request(prompt, **kwargs), timeout=timeout, metadata=self._metadata(token))
 
-    async def complete(self, prompt: str | None = None, *, timeout: float | None = None,
+    async def complete(self, prompt: str | None = None, *, timeout: float | None = None, token: str | None = None,
                        **kwargs) -> router_pb2.GenerateResponse:
-        return await self.stub.Complete(build_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
+        return await self.stub.Complete(build_request(prompt, **kwargs), timeout=timeout,
+                                        metadata=self._metadata(token))
 
-    async def list_models(self) -> router_pb2.ListModelsResponse:
-        return await self.stub.ListModels(router_pb2.ListModelsRequest(), metadata=self.metadata)
+    async def list_models(self, token: str | None = None) -> router_pb2.ListModelsResponse:
+        return await self.stub.ListModels(router_pb2.ListModelsRequest(), metadata=self._metadata(token))
 
     async def serving(self, timeout: float = 2.0) -> bool:
         """Whether the router answers grpc.health.v1 with SERVING."""
@@ -148,15 +153,16 @@ class AsyncPdserveClient:
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
-    async def tokenize(self, prompt: str | None = None, *, timeout: float | None = None,
+    async def tokenize(self, prompt: str | None = None, *, timeout: float | None = None, token: str | None = None,
                        **kwargs) -> router_pb2.TokenizeResponse:
-        return await self.stub.Tokenize(tokenize_request(prompt, **kwargs), timeout=timeout, metadata=self.metadata)
+        return await self.stub.Tokenize(tokenize_request(prompt, **kwargs), timeout=timeout,
+                                        metadata=self._metadata(token))
 
     async def detokenize(self, token_ids: list[int], model: str = "", skip_special_tokens: bool | None = None,
-                         timeout: float | None = None) -> router_pb2.DetokenizeResponse:
+                         timeout: float | None = None, token: str | None = None) -> router_pb2.DetokenizeResponse:
         return await self.stub.Detokenize(router_pb2.DetokenizeRequest(
             model=model, token_ids=token_ids, skip_special_tokens=skip_special_tokens), timeout=timeout,
-            metadata=self.metadata)
+            metadata=self._metadata(token))
 
     async def abort(self, request_ids: list[str], timeout: float | None = None) -> router_pb2.AbortResponse:
         return await self.stub.Abort(router_pb2.AbortRequest(request_ids=request_ids), timeout=timeout,

@@ -163,7 +163,8 @@ class Stack:
                                      s.router_port)
         self.edge: Process | None = None
         if self.router and s.http_port is not None:
-            self.edge = self._proc("openai", "openai_server", ["--router", self.router.target] +
+            edge_tls = ["--tls-ca", self.tls_files.ca] if self.tls_files else []  # plain HTTP out, TLS to the router
+            self.edge = self._proc("openai", "openai_server", ["--router", self.router.target] + edge_tls +
                                    s.extra.get("openai_server", []), s.http_port)
 
     # --- running ----------------------------------------------------------------------------------------------------

@@ -137,14 +137,21 @@ class Edge:
         self.retry_after_s = retry_after_s
         self._card = None
 
-    async def card(self):
+    async def card(self, token: str | None):
         """The served model (asked once: the router serves one model for its lifetime)."""
         if self._card is None:
             try:
-                self._card = (await self.client.list_models()).models[0]
+                self._card = (await self.client.list_models(token)).models[0]
             except grpc.aio.AioRpcError as err:
                 raise from_grpc(err) from None
         return self._card
+
+    @staticmethod
+    def token(request: Request) -> str | None:
+        """The caller's bearer token (an OpenAI client's api_key), passed on to the router, which checks it: one
+        token for both APIs, checked in one place, before any work; never logged."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
 
     @staticmethod
     def request_id(request: Request) -> str:
@@ -158,7 +165,8 @@ class Edge:
     async def generate(self, request: Request, body: SamplingFields, prompt: dict[str, Any], chat: bool) -> Response:
         body.check_supported()
         request_id = self.request_id(request)
-        card = await self.card()
+        token = self.token(request)
+        card = await self.card(token)
         kwargs = dict(prompt, model=body.model, request_id=request_id, **body.sampling())
         shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), kwargs.get("stop_token_ids", []),
                         card.fingerprint, logprobs=kwargs["logprobs"] is not None)
@@ -166,11 +174,12 @@ class Edge:
         headers = {"x-request-id": request_id}
         if not body.stream:
             try:
-                reply = await unless_disconnected(request, self.client.complete(timeout=self.timeout_s, **kwargs))
+                reply = await unless_disconnected(request, self.client.complete(timeout=self.timeout_s, token=token,
+                                                                                     **kwargs))
             except grpc.aio.AioRpcError as err:
                 raise from_grpc(err, rename) from None
             return JSONResponse(shaper.whole(reply), headers=headers)
-        call = self.client.generate(timeout=self.timeout_s, **kwargs)
+        call = self.client.generate(timeout=self.timeout_s, token=token, **kwargs)
         chunks = aiter(call)
         try:  # errors before the first chunk (bad input, overload) still get their HTTP status
             first = await unless_disconnected(request, anext(chunks, None))
@@ -206,15 +215,17 @@ class Edge:
 
 
 def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | None = None,
-               timeout_s: float | None = None, retry_after_s: int = 1) -> FastAPI:
-    """The ASGI app. ``client`` replaces the router connection (tests); else one is opened at startup."""
+               timeout_s: float | None = None, retry_after_s: int = 1,
+               credentials: grpc.ChannelCredentials | None = None) -> FastAPI:
+    """The ASGI app. ``client`` replaces the router connection (tests); else one is opened at startup, over TLS
+    with ``credentials``."""
     edge = Edge(client, timeout_s, retry_after_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         owned = edge.client is None
         if owned:
-            edge.client = AsyncPdserveClient(router)
+            edge.client = AsyncPdserveClient(router, credentials=credentials)
         try:
             yield
         finally:
@@ -252,8 +263,8 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
         return await edge.generate(request, body, {"messages": body.chat()}, chat=True)
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        card = await edge.card()
+    async def models(request: Request) -> dict[str, Any]:
+        card = await edge.card(edge.token(request))
         return {"object": "list", "data": [{"id": card.id, "object": "model", "created": 0, "owned_by": "pdserve",
                                             "max_model_len": card.context_length}]}
 
@@ -266,7 +277,7 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
         try:
             reply = await edge.client.tokenize(model=body.model, add_special_tokens=body.add_special_tokens,
                                                add_generation_prompt=body.add_generation_prompt,
-                                               timeout=edge.timeout_s, **prompt)
+                                               timeout=edge.timeout_s, token=edge.token(request), **prompt)
         except grpc.aio.AioRpcError as err:
             raise from_grpc(err, renamer(body.messages is not None, "max_tokens")) from None
         out = {"count": reply.count, "max_model_len": reply.context_length, "tokens": list(reply.token_ids)}
@@ -278,7 +289,8 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
     async def detokenize(request: Request) -> dict[str, Any]:
         body = parse(DetokenizeRequest, await read_body(request))
         try:
-            reply = await edge.client.detokenize(body.tokens, model=body.model, timeout=edge.timeout_s)
+            reply = await edge.client.detokenize(body.tokens, model=body.model, timeout=edge.timeout_s,
+                                                 token=edge.token(request))
         except grpc.aio.AioRpcError as err:
             raise from_grpc(err, lambda f: "tokens" if f == "token_ids" else f) from None
         return {"prompt": reply.text}

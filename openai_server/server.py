@@ -1,4 +1,9 @@
-"""Edge process: flags (with PDSERVE_* environment variables, like every service) and uvicorn."""
+"""Edge process: flags (with PDSERVE_* environment variables, like every service) and uvicorn.
+
+Security follows the router's: ``--tls-ca`` verifies the router's TLS certificate (with ``--tls-cert`` / ``--tls-key``
+the edge presents its certificate to the router and serves HTTPS itself), and a caller's ``Authorization: Bearer``
+header travels on to the router, which checks it (a missing or wrong token is a 401 here).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from prometheus_client import start_http_server
 
 from common.config import service_parser
 from common.server import setup_logging
+from common.tls import configure_from_args
 from openai_server.app import create_app
 
 
@@ -18,7 +24,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retry-after-s", type=int, default=1, help="Retry-After of a 429 (router at its limit)")
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
+    tls = configure_from_args(args)
     if args.metrics_port:  # /metrics is also on the HTTP port; this mirrors the other services' flag
         start_http_server(args.metrics_port, addr=args.host)
-    app = create_app(args.router, timeout_s=args.request_timeout_s or None, retry_after_s=args.retry_after_s)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), timeout_graceful_shutdown=5)
+    app = create_app(args.router, timeout_s=args.request_timeout_s or None, retry_after_s=args.retry_after_s,
+                     credentials=tls.channel_credentials() if tls.calls_tls else None)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), timeout_graceful_shutdown=5,
+                ssl_certfile=tls.cert, ssl_keyfile=tls.key)

@@ -46,7 +46,7 @@ class ScriptedRouter:
     def __init__(self, error=None, chunks=()) -> None:
         self.error, self.chunks, self.calls = error, list(chunks), []
 
-    async def list_models(self):
+    async def list_models(self, token=None):
         return router_pb2.ListModelsResponse(models=[router_pb2.ModelCard(id="m", context_length=64)])
 
     async def complete(self, **kwargs):

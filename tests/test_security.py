@@ -130,3 +130,27 @@ def test_bad_tls_paths_stop_the_service_naming_the_flag(tmp_path):
     assert out.returncode != 0 and "--tls-cert" in out.stderr and "Traceback" not in out.stderr
 
 
+
+
+def test_the_http_edge_passes_the_callers_token_to_a_tls_router(tiny_model_path):
+    """The OpenAI edge reaches a TLS router (verifying it with the stack's CA) and hands each caller's bearer token
+    (an OpenAI client's api_key) to the router, which checks it: the right key is served, a missing or wrong one is a
+    401 before any work."""
+    import httpx
+    import openai
+
+    stack = start_stack(model=str(tiny_model_path), tls=True, auth_token=TOKEN, http_port=0, metrics=True)
+    try:
+        body = {"prompt": "the end", "max_tokens": 2, "temperature": 0}
+        with openai.OpenAI(base_url=stack.http_url + "/v1", api_key=TOKEN, max_retries=0) as client:
+            done = client.completions.create(model=client.models.list().data[0].id, **body)
+            assert done.usage.completion_tokens == 2
+        seen = prefill_tokens_seen(stack)
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+            reply = httpx.post(stack.http_url + "/v1/completions", json=body, headers=headers, timeout=30)
+            assert reply.status_code == 401 and "bearer token" in reply.json()["error"]["message"]
+        assert prefill_tokens_seen(stack) == seen
+        logs = "".join(p.log_path.read_text(errors="replace") for p in stack.processes)
+        assert TOKEN not in logs
+    finally:
+        stack.stop()
