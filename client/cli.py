@@ -331,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="load test a running stack (gRPC or OpenAI HTTP); bench-serving = bench --compare")
     add_bench_args(p)
     p.set_defaults(func=cmd_bench)
+
+    from sim.cli import register as register_sim  # pdserve simulate / plan
+
+    register_sim(sub)
     return parser
 
 
