@@ -25,8 +25,8 @@ def _plan(a: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from sim.args import add_cluster_args, add_workload_args
     from sim.command import add_simulate_args
+    from sim.plan_command import add_plan_args
 
     p = sub.add_parser("simulate", help="discrete-event simulation of a P/D cluster in virtual time")
     add_simulate_args(p)
@@ -40,6 +40,5 @@ def register(sub) -> None:
     p.set_defaults(func=_speed)
 
     p = sub.add_parser("plan", help="search deployments for the best goodput per GPU within SLOs, by simulation")
-    add_workload_args(p)
-    add_cluster_args(p)
+    add_plan_args(p)
     p.set_defaults(func=_plan)
