@@ -37,7 +37,7 @@ class InstanceStats:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     transfer_bytes: float = 0.0  # KV sent from this instance
-    # one row per step: (start, duration, waiting, running, kv blocks used)
+    # one row per step: (start, duration, queued (waiting, not in this step), running, kv blocks used)
     trace: list[tuple[float, float, int, int, int]] = field(default_factory=list)
     transfers: list[tuple[float, float]] = field(default_factory=list)  # (time sent, bytes)
 
@@ -89,7 +89,8 @@ class Instance:
         st = self.stats
         st.steps += 1
         st.busy_s += seconds
-        st.trace.append((now, seconds, len(s.waiting), len(s.running), s.budget.used if s.budget else 0))
+        queued = len(s.waiting) - len(step.prefills)  # prompts being computed stay in ``waiting`` until done
+        st.trace.append((now, seconds, queued, len(s.running), s.budget.used if s.budget else 0))
         self.busy = True
         return step, seconds
 

@@ -36,6 +36,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-nodes", type=int, default=4, help="8-GPU nodes at most per deployment")
     g.add_argument("--probes", type=int, default=6, help="simulations per candidate (rate bisection)")
     g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
+    g.add_argument("--sensitivity", action="store_true",
+                   help="re-evaluate the winner and the baseline under the timing model's known uncertainties")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--save-result", default=None, metavar="PATH")
     p.set_defaults(num_prompts=200, max_num_seqs=256)
@@ -106,6 +108,21 @@ def explain(planner: Planner, winner: Outcome) -> tuple[list[str], dict]:
     return lines, facts
 
 
+def sensitivity(planner: Planner, winner: Candidate, baseline: Candidate) -> tuple[list[str], list[dict]]:
+    """Goodput per GPU of the winner and the baseline with one timing assumption changed at a time."""
+    from sim.sensitivity import VARIANTS, variant
+
+    lines, rows = ["sensitivity (goodput per GPU, winner / baseline):"], []
+    for name, why, change in VARIANTS:
+        w = planner.evaluate(Candidate(variant(winner.deployment, change), winner.n_prefill, winner.n_decode))
+        b = planner.evaluate(Candidate(variant(baseline.deployment, change), baseline.n_prefill, baseline.n_decode))
+        ratio = w.goodput_per_gpu / b.goodput_per_gpu if b.goodput_per_gpu else float("inf")
+        rows.append({"variant": name, "why": why, "winner_goodput_per_gpu": w.goodput_per_gpu,
+                     "baseline_goodput_per_gpu": b.goodput_per_gpu, "ratio": ratio})
+        lines.append(f"  {name:<26} {w.goodput_per_gpu:.3f} / {b.goodput_per_gpu:.3f} = {ratio:.2f}x   ({why})")
+    return lines, rows
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     slo = SLO(parse_duration(a.ttft_p90, "ttft_p90"), parse_duration(a.tpot_p90, "tpot_p90"))
     if a.max_nodes < 1:
@@ -126,6 +143,9 @@ def cmd_plan(a: argparse.Namespace) -> int:
     ranked = sorted(outcomes, key=lambda o: -o.goodput_per_gpu)
     winner = ranked[0]
     notes, facts = explain(planner, winner)
+    if a.sensitivity:
+        more, facts["sensitivity"] = sensitivity(planner, winner.candidate, baseline)
+        notes += [""] + more
     rows = [_row(o) for o in ranked]
     front = [{"candidate": o.candidate.label(), "gpus": o.candidate.gpus, "rate": p.rate,
               "goodput_per_gpu": p.rate * p.attainment / o.candidate.gpus,

@@ -10,7 +10,7 @@ capacity (prefill seconds per prompt, decode batch within the TPOT SLO), so a fe
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from client.bench.arrivals import arrival_stream
 from engine.scheduler import Role
@@ -112,11 +112,11 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
     """Per GPU type, the smallest whole-node instance that holds the model (EP over all its GPUs, TP within a
     node), with and without DP attention; colocated, and every x prefill + y decode within ``max_nodes``."""
     out = []
-    for hw in hardware:
+    for hw, dp in itertools.product(hardware, dp_attention):
         shape = None
         for nodes in range(1, max_nodes + 1):
             d = Deployment(model=model, hardware=hw, gpus=nodes * gpus_per_node, tp=gpus_per_node,
-                           ep=nodes * gpus_per_node, gpus_per_node=gpus_per_node)
+                           ep=nodes * gpus_per_node, dp_attention=dp, gpus_per_node=gpus_per_node)
             try:
                 check_deployment(d)
             except ValueError:
@@ -126,12 +126,10 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
         if shape is None:
             continue
         per = shape.gpus // gpus_per_node
-        for dp in dp_attention:
-            d = replace(shape, dp_attention=dp, _cache={})
-            out.append(Candidate(d, 0, 1))
-            for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
-                if (x + y) * per <= max_nodes:
-                    out.append(Candidate(d, x, y))
+        out.append(Candidate(shape, 0, 1))
+        for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
+            if (x + y) * per <= max_nodes:
+                out.append(Candidate(shape, x, y))
     return out
 
 
