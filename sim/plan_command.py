@@ -11,7 +11,7 @@ import time
 
 from client.bench.report import save_json
 from sim.args import add_cluster_args, add_workload_args
-from sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown, unit_rate_offsets
+from sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from perfmodel.deployment import Deployment
 from sim.workload import build_workload
 
@@ -32,7 +32,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("plan")
     g.add_argument("--ttft-p90", default="2s", help="SLO on the 90th percentile of TTFT (e.g. 2s, 800ms)")
     g.add_argument("--tpot-p90", default="50ms", help="SLO on the 90th percentile of TPOT")
-    g.add_argument("--hardware", default="H20-141G,H20-96G,H200", help="GPU profiles to consider, comma separated")
+    g.add_argument("--hardware", default="H20-141G,H20-96G", help="GPU profiles to consider, comma separated "
+                   "(H20-96G, H20-141G, H800, H100, H200)")
     g.add_argument("--max-nodes", type=int, default=4, help="8-GPU nodes at most per deployment")
     g.add_argument("--probes", type=int, default=6, help="simulations per candidate (rate bisection)")
     g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
@@ -131,8 +132,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         raise ValueError(f"probes: must be at least 2, got {a.probes}")
     started = time.perf_counter()
     requests, _ = build_workload(a)
-    planner = Planner(requests, unit_rate_offsets(len(requests), a.burstiness, a.seed), slo, a.max_num_seqs,
-                      a.max_num_batched_tokens, a.probes)
+    planner = Planner(requests, slo, a.max_num_seqs, a.max_num_batched_tokens, a.probes, a.burstiness, a.seed)
     hardware = [h.strip() for h in a.hardware.split(",") if h.strip()]
     pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True))
     if not pool:

@@ -148,23 +148,33 @@ def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO, m
     return min(c.n_prefill * prefill_rate, c.n_decode * decode_rate)
 
 
+STEADY_E2E = 4.0  # a probe sends for at least this many mean request lifetimes, so queues reach their steady state
+MAX_PROBE_REQUESTS = 20_000
+
+
 class Planner:
-    def __init__(self, requests: list[SimRequest], unit_offsets: list[float], slo: SLO, max_num_seqs: int = 256,
-                 max_num_batched_tokens: int = 2048, probes: int = 6) -> None:
-        """``unit_offsets``: arrival times at one request per second (scaled by 1 / rate for each probe)."""
+    def __init__(self, requests: list[SimRequest], slo: SLO, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 2048, probes: int = 6, burstiness: float = 1.0, seed: int = 0) -> None:
+        """A probe at rate r sends the workload's requests (cycled when more are needed) at Poisson (gamma) times:
+        at least the workload, and at least STEADY_E2E mean request lifetimes' worth of arrivals, because a short
+        burst fits in one decode batch and would pass SLOs no steady stream at that rate could."""
         self.requests = requests
-        self.unit_offsets = unit_offsets
         self.slo = slo
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.probes = probes
+        self.burstiness = burstiness
+        self.seed = seed
         self.mean_in = sum(len(r.prompt_ids) for r in requests) / len(requests)
         self.mean_out = sum(r.output_len for r in requests) / len(requests)
+        self.lifetime_s = self.mean_out * slo.tpot_p90_s + slo.ttft_p90_s / 4
         self.simulations = 0
 
     def probe(self, c: Candidate, rate: float) -> Probe:
-        result = Cluster(c.spec(self.max_num_seqs, self.max_num_batched_tokens)).run(
-            self.requests, [t / rate for t in self.unit_offsets])
+        n = min(MAX_PROBE_REQUESTS, max(len(self.requests), int(rate * STEADY_E2E * self.lifetime_s)))
+        requests = [self.requests[i % len(self.requests)] for i in range(n)]
+        offsets = [t / rate for t in unit_rate_offsets(n, self.burstiness, self.seed)]
+        result = Cluster(c.spec(self.max_num_seqs, self.max_num_batched_tokens)).run(requests, offsets)
         self.simulations += 1
         s = summary(result, None, slo={"ttft": self.slo.ttft_p90_s, "tpot": self.slo.tpot_p90_s}, rate=rate)
         s["instances"] = instance_rows(result)
