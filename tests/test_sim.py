@@ -131,3 +131,11 @@ def test_simulate_cli_refuses_bad_input(capsys):
     assert "gpus" in capsys.readouterr().err
     assert cli_main(["simulate", "--prefill", "0", "--num-prompts", "2"]) == 2
     assert "prefill" in capsys.readouterr().err
+
+
+def test_bench_simulate_reports_speed(capsys):
+    assert cli_main(["bench-simulate", "--num-prompts", "300", "--nodes", "3", "--prefill", "1",
+                     "--request-rate", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "simulated 300 requests on 24 GPUs" in text and "requests/s" in text and "300 completed" in text
+    assert cli_main(["bench-simulate", "--nodes", "2", "--prefill", "2"]) == 2
