@@ -37,6 +37,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-nodes", type=int, default=4, help="8-GPU nodes at most per deployment")
     g.add_argument("--probes", type=int, default=6, help="simulations per candidate (rate bisection)")
     g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
+    g.add_argument("--tp-sizes", default="8", help="attention TP degrees to try, comma separated (e.g. 8,4)")
+    g.add_argument("--instance-sizes", type=int, default=2,
+                   help="instance sizes per hardware: the N smallest whole-node sizes that hold the model")
     g.add_argument("--sensitivity", action="store_true",
                    help="re-evaluate the winner and the baseline under the timing model's known uncertainties")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -134,7 +137,14 @@ def cmd_plan(a: argparse.Namespace) -> int:
     requests, _ = build_workload(a)
     planner = Planner(requests, slo, a.max_num_seqs, a.max_num_batched_tokens, a.probes, a.burstiness, a.seed)
     hardware = [h.strip() for h in a.hardware.split(",") if h.strip()]
-    pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True))
+    try:
+        tp_sizes = tuple(int(x) for x in a.tp_sizes.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"tp_sizes: expected integers like 8,4, got {a.tp_sizes!r}") from None
+    if not tp_sizes or a.instance_sizes < 1:
+        raise ValueError("tp_sizes / instance_sizes: need at least one TP degree and one instance size")
+    pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True),
+                      tp_sizes=tp_sizes, sizes=a.instance_sizes)
     if not pool:
         raise ValueError(f"hardware: none of {', '.join(hardware)} holds the model within {a.max_nodes} nodes")
     baseline = Candidate(BASELINE, 0, 1)

@@ -108,28 +108,30 @@ class Outcome:
 
 
 def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", gpus_per_node: int = 8,
-               dp_attention: tuple[bool, ...] = (False, True)) -> list[Candidate]:
-    """Per GPU type, the smallest whole-node instance that holds the model (EP over all its GPUs, TP within a
-    node), with and without DP attention; colocated, and every x prefill + y decode within ``max_nodes``."""
+               dp_attention: tuple[bool, ...] = (False, True), tp_sizes: tuple[int, ...] = (8,),
+               sizes: int = 2) -> list[Candidate]:
+    """Per GPU type, DP-attention setting and attention TP degree: instances of the ``sizes`` smallest whole-node
+    sizes that hold the model (experts spread over all the instance's GPUs: EP8 on one node, EP16 on two), each
+    colocated and in every x prefill + y decode layout within ``max_nodes``."""
     out = []
-    for hw, dp in itertools.product(hardware, dp_attention):
-        shape = None
+    for hw, dp, tp in itertools.product(hardware, dp_attention, tp_sizes):
+        found = 0
         for nodes in range(1, max_nodes + 1):
-            d = Deployment(model=model, hardware=hw, gpus=nodes * gpus_per_node, tp=gpus_per_node,
-                           ep=nodes * gpus_per_node, dp_attention=dp, gpus_per_node=gpus_per_node)
+            if found == sizes:
+                break
+            d = Deployment(model=model, hardware=hw, gpus=nodes * gpus_per_node, tp=tp, ep=nodes * gpus_per_node,
+                           dp_attention=dp, gpus_per_node=gpus_per_node)
             try:
                 check_deployment(d)
             except ValueError:
                 continue
-            shape = d
-            break
-        if shape is None:
-            continue
-        per = shape.gpus // gpus_per_node
-        out.append(Candidate(shape, 0, 1))
-        for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
-            if (x + y) * per <= max_nodes:
-                out.append(Candidate(shape, x, y))
+            found += 1
+            if dp and tp != tp_sizes[0]:
+                break  # with DP attention the TP degree only splits the dense layers: one of them is enough
+            out.append(Candidate(d, 0, 1))
+            for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
+                if (x + y) * nodes <= max_nodes:
+                    out.append(Candidate(d, x, y))
     return out
 
 

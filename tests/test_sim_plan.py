@@ -12,7 +12,7 @@ from sim.planner import candidates
 
 
 def test_candidates_use_the_smallest_instance_that_holds_the_model():
-    pool = candidates(["H20-141G", "H800"], max_nodes=4, dp_attention=(False,))
+    pool = candidates(["H20-141G", "H800"], max_nodes=4, dp_attention=(False,), sizes=1)
     by_hw = {}
     for c in pool:
         by_hw.setdefault(c.deployment.hardware, set()).add(c.deployment.gpus)
@@ -21,6 +21,9 @@ def test_candidates_use_the_smallest_instance_that_holds_the_model():
     assert "1 colocated of 8xH20-141G TP8 EP8" in labels and "3P1D of 8xH20-141G TP8 EP8" in labels
     assert "1P1D of 16xH800 TP8 EP16" in labels and not any("2P1D of 16x" in x for x in labels)
     assert all(c.gpus <= 32 for c in pool)
+    two = {c.label() for c in candidates(["H20-141G"], max_nodes=4, dp_attention=(False,), tp_sizes=(8, 4))}
+    assert {"1P1D of 16xH20-141G TP8 EP16", "1 colocated of 8xH20-141G TP4 EP8"} <= two
+    assert "2P1D of 16xH20-141G TP8 EP16" not in two  # 48 GPUs: beyond 4 nodes
 
 
 def test_parse_duration():
@@ -33,6 +36,7 @@ def test_plan_small_search(tmp_path, capsys):
     out = tmp_path / "plan.json"
     rc = cli_main(["plan", "--num-prompts", "40", "--input-len", "200:800", "--output-len", "20:60",
                    "--hardware", "H20-141G", "--max-nodes", "2", "--no-dp-attention", "--probes", "3",
+                   "--instance-sizes", "1",
                    "--ttft-p90", "2s", "--tpot-p90", "60ms", "--save-result", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
