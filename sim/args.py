@@ -51,6 +51,12 @@ def parse_deployment(text: str, base: Deployment | None = None, field_name: str 
     return Deployment(**values)
 
 
+def add_scheduler_args(g) -> None:
+    """The scheduler limits of every instance (the workers' --max-num-seqs and --max-num-batched-tokens)."""
+    g.add_argument("--max-num-seqs", type=int, default=64, help="sequences per step (decode batch), per instance")
+    g.add_argument("--max-num-batched-tokens", type=int, default=2048, help="prompt tokens per step (chunked prefill)")
+
+
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster")
     g.add_argument("--prefill", type=int, default=1, help="prefill instances")
@@ -62,10 +68,40 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefill-deployment", default="", metavar="KEY=V,..", help="prefill instances, over --deployment")
     g.add_argument("--decode-deployment", default="", metavar="KEY=V,..", help="decode instances, over --deployment")
     g.add_argument("--policy", default="cache_aware", help="prefill routing: round_robin, least_loaded, cache_aware")
-    g.add_argument("--max-num-seqs", type=int, default=64, help="sequences per step (decode batch), per instance")
+    add_scheduler_args(g)
     g.add_argument("--prefill-max-num-seqs", type=int, default=None, help="prefill instances (default: --max-num-seqs)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=2048, help="prompt tokens per step (chunked prefill)")
     g.add_argument("--prefix-cache-tokens", type=int, default=None,
                    help="cluster prefix cache in tokens (default: the prefill instances' KV capacity; 0: off)")
     g.add_argument("--kv-blocks", type=int, default=None,
                    help="decode KV budget per instance in 16-token blocks (default: the modeled KV capacity)")
+
+
+def add_simulate_args(p: argparse.ArgumentParser) -> None:
+    add_workload_args(p)
+    add_cluster_args(p)
+    g = p.add_argument_group("results")
+    g.add_argument("--goodput", nargs="+", default=None, metavar="NAME:MS", help="SLOs, e.g. ttft:2000 tpot:50")
+    g.add_argument("--save-result", default=None, metavar="PATH", help="write the JSON result")
+    g.add_argument("--plot", default=None, metavar="PNG", help="draw utilization, queues, KV usage and transfers")
+    g.add_argument("--json", action="store_true", help="print the JSON summary instead of the tables")
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    add_workload_args(p)
+    g = p.add_argument_group("plan")
+    add_scheduler_args(g)
+    g.add_argument("--ttft-p90", default="2s", help="SLO on the 90th percentile of TTFT (e.g. 2s, 800ms)")
+    g.add_argument("--tpot-p90", default="50ms", help="SLO on the 90th percentile of TPOT")
+    g.add_argument("--hardware", default="H20-141G,H20-96G", help="GPU profiles to consider, comma separated "
+                   "(H20-96G, H20-141G, H800, H100, H200)")
+    g.add_argument("--max-nodes", type=int, default=4, help="8-GPU nodes at most per deployment")
+    g.add_argument("--probes", type=int, default=6, help="simulations per candidate (rate bisection)")
+    g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
+    g.add_argument("--tp-sizes", default="8", help="attention TP degrees to try, comma separated (e.g. 8,4)")
+    g.add_argument("--instance-sizes", type=int, default=2,
+                   help="instance sizes per hardware: the N smallest whole-node sizes that hold the model")
+    g.add_argument("--sensitivity", action="store_true",
+                   help="re-evaluate the winner and the baseline under the timing model's known uncertainties")
+    g.add_argument("--json", action="store_true", help="print the result as JSON")
+    g.add_argument("--save-result", default=None, metavar="PATH")
+    p.set_defaults(num_prompts=200, max_num_seqs=256)

@@ -25,8 +25,8 @@ def _plan(a: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from sim.command import add_simulate_args
-    from sim.plan_command import add_plan_args
+    from sim.args import add_simulate_args
+    from sim.args import add_plan_args
 
     p = sub.add_parser("simulate", help="discrete-event simulation of a P/D cluster in virtual time")
     add_simulate_args(p)

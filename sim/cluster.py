@@ -62,7 +62,8 @@ class ClusterSpec:
         return sum(p.deployment.gpus * p.count for p in self.pools)
 
     def describe(self) -> str:
-        return " + ".join(f"{p.count} {p.role.value} x ({p.deployment.gpus}x{p.deployment.hardware} "
+        return " + ".join(f"{p.count} {'colocated' if p.role is Role.BOTH else p.role.value} x "
+                          f"({p.deployment.gpus}x{p.deployment.hardware} "
                           f"{'DP-attn' if p.deployment.dp_attention else 'TP' + str(p.deployment.tp)} EP{p.deployment.ep})"
                           for p in self.pools if p.count)
 

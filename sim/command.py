@@ -10,20 +10,10 @@ import sys
 from client.bench.metrics import parse_goodput, parse_percentiles
 from client.bench.report import result_json, save_json
 from engine.scheduler import Role
-from sim.args import add_cluster_args, add_workload_args, parse_deployment
+from sim.args import parse_deployment
 from sim.cluster import Cluster, ClusterSpec, Pool, SimResult
 from sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
 from sim.workload import build_workload
-
-
-def add_simulate_args(p: argparse.ArgumentParser) -> None:
-    add_workload_args(p)
-    add_cluster_args(p)
-    g = p.add_argument_group("results")
-    g.add_argument("--goodput", nargs="+", default=None, metavar="NAME:MS", help="SLOs, e.g. ttft:2000 tpot:50")
-    g.add_argument("--save-result", default=None, metavar="PATH", help="write the JSON result")
-    g.add_argument("--plot", default=None, metavar="PNG", help="draw utilization, queues, KV usage and transfers")
-    g.add_argument("--json", action="store_true", help="print the JSON summary instead of the tables")
 
 
 def cluster_spec(a: argparse.Namespace) -> ClusterSpec:

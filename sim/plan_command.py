@@ -10,9 +10,8 @@ import sys
 import time
 
 from client.bench.report import save_json
-from sim.args import add_cluster_args, add_workload_args
-from sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from perfmodel.deployment import Deployment
+from sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from sim.workload import build_workload
 
 BASELINE = Deployment()  # the source article's: DeepSeek-R1 on 8 x H20-141G, TP8 EP8, colocated
@@ -24,27 +23,6 @@ def parse_duration(text: str, name: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"{name}: expected a positive duration like 2s or 50ms, got {text!r}")
     return float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
-
-
-def add_plan_args(p: argparse.ArgumentParser) -> None:
-    add_workload_args(p)
-    add_cluster_args(p)
-    g = p.add_argument_group("plan")
-    g.add_argument("--ttft-p90", default="2s", help="SLO on the 90th percentile of TTFT (e.g. 2s, 800ms)")
-    g.add_argument("--tpot-p90", default="50ms", help="SLO on the 90th percentile of TPOT")
-    g.add_argument("--hardware", default="H20-141G,H20-96G", help="GPU profiles to consider, comma separated "
-                   "(H20-96G, H20-141G, H800, H100, H200)")
-    g.add_argument("--max-nodes", type=int, default=4, help="8-GPU nodes at most per deployment")
-    g.add_argument("--probes", type=int, default=6, help="simulations per candidate (rate bisection)")
-    g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
-    g.add_argument("--tp-sizes", default="8", help="attention TP degrees to try, comma separated (e.g. 8,4)")
-    g.add_argument("--instance-sizes", type=int, default=2,
-                   help="instance sizes per hardware: the N smallest whole-node sizes that hold the model")
-    g.add_argument("--sensitivity", action="store_true",
-                   help="re-evaluate the winner and the baseline under the timing model's known uncertainties")
-    g.add_argument("--json", action="store_true", help="print the result as JSON")
-    g.add_argument("--save-result", default=None, metavar="PATH")
-    p.set_defaults(num_prompts=200, max_num_seqs=256)
 
 
 def _row(o: Outcome) -> dict:
