@@ -69,7 +69,7 @@ def instance_rows(result: SimResult) -> list[dict]:
         trace = st.trace
         waiting = [t[2] for t in trace] or [0]
         total = inst.scheduler.budget.total_blocks if inst.scheduler.budget else 0
-        kv = [t[4] / total for t in trace] if total else [0.0]
+        kv = [t[4] / total for t in trace] if total and trace else [0.0]
         rows.append({
             "name": inst.name, "role": inst.role.value, "deployment": inst.describe(), "node": inst.node,
             "steps": st.steps, "utilization": st.busy_s / d, "prefill_tokens": st.prefill_tokens,

@@ -139,3 +139,11 @@ def test_bench_simulate_reports_speed(capsys):
     text = capsys.readouterr().out
     assert "simulated 300 requests on 24 GPUs" in text and "requests/s" in text and "300 completed" in text
     assert cli_main(["bench-simulate", "--nodes", "2", "--prefill", "2"]) == 2
+
+
+def test_idle_instances_report_zeros():
+    spec = ClusterSpec([Pool(Role.PREFILL, D, 2), Pool(Role.DECODE, D, 3)])
+    result = Cluster(spec).run([SimRequest(list(range(100, 400)), 3)], [0.0])
+    rows = instance_rows(result)
+    assert [r["steps"] for r in rows].count(0) == 3  # one prefill and one decode instance worked
+    assert all(r["mean_kv_usage"] == 0.0 for r in rows if r["steps"] == 0)
