@@ -383,6 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storm", type=int, default=0,
                    help="then a cancellation storm of this many requests, a third cancelled at random moments")
     p.set_defaults(func=cmd_chaos)
+
+    from sim.cli import register as register_sim  # pdserve simulate / plan
+
+    register_sim(sub)
     return parser
 
 

@@ -1,0 +1,65 @@
+"""``pdserve simulate``: a workload on a simulated cluster, reported as ``pdserve bench`` reports a run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from client.bench.metrics import parse_goodput, parse_percentiles
+from client.bench.report import result_json, save_json
+from engine.scheduler import Role
+from sim.args import parse_deployment
+from sim.cluster import Cluster, ClusterSpec, Pool, SimResult
+from sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
+from sim.workload import build_workload
+
+
+def cluster_spec(a: argparse.Namespace) -> ClusterSpec:
+    base = parse_deployment(a.deployment)
+    prefill_seqs = a.prefill_max_num_seqs or a.max_num_seqs
+    if a.colocated:
+        pools = [Pool(Role.BOTH, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.colocated,
+                      a.max_num_seqs, a.max_num_batched_tokens)]
+    else:
+        pools = [Pool(Role.PREFILL, parse_deployment(a.prefill_deployment, base, "prefill_deployment"), a.prefill,
+                      prefill_seqs, a.max_num_batched_tokens),
+                 Pool(Role.DECODE, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.decode,
+                      a.max_num_seqs, a.max_num_batched_tokens)]
+    return ClusterSpec(pools, a.policy, prefix_cache_tokens=a.prefix_cache_tokens, kv_blocks=a.kv_blocks)
+
+
+def simulate(a: argparse.Namespace) -> tuple[SimResult, dict]:
+    requests, offsets = build_workload(a)
+    result = Cluster(cluster_spec(a)).run(requests, offsets, a.max_concurrency)
+    load = {"rate": a.request_rate, "burstiness": a.burstiness, "seed": a.seed}
+    return result, summary(result, a.max_concurrency, parse_percentiles(a.metric_percentiles),
+                           parse_goodput(a.goodput), **load)
+
+
+def cmd_simulate(a: argparse.Namespace) -> int:
+    percentiles = parse_percentiles(a.metric_percentiles)
+    result, s = simulate(a)
+    rows = instance_rows(result)
+    if a.json:
+        print(json.dumps({k: v for k, v in s.items() if k != "has_modeled"}, indent=2))
+    else:
+        print(f"cluster: {result.spec.describe()} = {result.spec.gpus} GPUs, policy {result.spec.policy}")
+        print(format_summary(s, percentiles))
+        print(format_instances(rows))
+        print(format_speed(result))
+    if a.save_result:
+        config = {"backend": "pdserve-simulate", "cluster": result.spec.describe(), "gpus": result.spec.gpus,
+                  "dataset": a.dataset, "num_prompts": len(result.sequences),
+                  "request_rate": a.request_rate if not math.isinf(a.request_rate) else "inf",
+                  "burstiness": a.burstiness, "max_concurrency": a.max_concurrency, "seed": a.seed}
+        run = run_result(result, a.max_concurrency, a.request_rate, a.burstiness, a.seed)
+        payload = dict(result_json(s, config, run), instances=rows, wall_seconds=result.wall_s)
+        save_json(a.save_result, payload)
+        print(f"result written to {a.save_result}", file=sys.stderr)
+    if a.plot:
+        from sim.plot import plot_instances
+
+        print(f"plot written to {plot_instances(rows, a.plot, result.spec.describe())}", file=sys.stderr)
+    return 0

@@ -1,0 +1,107 @@
+"""One simulated serving instance: a modeled deployment running the real scheduler on the virtual clock.
+
+The instance is a worker loop (common/worker.py) without the I/O: while it has work it asks the scheduler for a
+step, prices it with perfmodel (prompt chunks first, then the decode batch, as the worker's two phases), lets the
+virtual clock run for that long, applies what the runtime would have done and hands the step back to
+``Scheduler.postprocess``. It also answers the questions the router's policies ask (router/policy.py) and records
+what it did over time.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
+from perfmodel.deployment import Deployment
+from router.workers import Worker as RouterWorker
+from sim.sequence import SimSequence, free_kv, run_decode, run_prefill
+from sim.steptime import StepTimer
+
+
+@dataclass
+class Load:
+    """The fields of common_pb2.WorkerLoad the router's policies read, taken live from the scheduler."""
+
+    waiting: int = 0
+    running: int = 0
+    waiting_tokens: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+
+
+@dataclass
+class InstanceStats:
+    steps: int = 0
+    busy_s: float = 0.0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    transfer_bytes: float = 0.0  # KV sent from this instance
+    # one row per step: (start, duration, queued (waiting, not in this step), running, kv blocks used)
+    trace: list[tuple[float, float, int, int, int]] = field(default_factory=list)
+    transfers: list[tuple[float, float]] = field(default_factory=list)  # (time sent, bytes)
+
+
+class Instance:
+    remember = RouterWorker.remember  # the router's bookkeeping of recently computed prefix blocks (cache_aware)
+    matched_blocks = RouterWorker.matched_blocks
+
+    def __init__(self, name: str, role: Role, deployment: Deployment, config: SchedulerConfig, node: int,
+                 timer: StepTimer) -> None:
+        self.name = name
+        self.role = Role(role)
+        self.deployment = deployment
+        self.node = node  # first node this instance occupies
+        self.nodes = max(1, deployment.gpus // deployment.gpus_per_node)
+        self.timer = timer
+        self.scheduler = Scheduler(config, free_kv)
+        self.busy = False
+        self.link_free_at = 0.0  # the outgoing KV link is busy until then (transfers from one instance serialize)
+        self.stats = InstanceStats()
+        self.inflight = 0  # requests the router sent here and that are not finished
+        self.inflight_tokens = 0
+        self.recent_keys: OrderedDict = OrderedDict()
+
+    @property
+    def load(self) -> Load:
+        s = self.scheduler
+        return Load(len(s.waiting), len(s.running), s.pending_tokens, s.budget.used if s.budget else 0,
+                    s.budget.total_blocks if s.budget else 0)
+
+    def shares_node(self, other: "Instance") -> bool:
+        return self.node < other.node + other.nodes and other.node < self.node + self.nodes
+
+    def begin_step(self, now: float) -> tuple[Step, float] | None:
+        """The next step and its modeled duration, or None when there is nothing to run."""
+        s = self.scheduler
+        if not s.has_work():
+            return None
+        step = s.schedule()
+        if not step:
+            return None
+        seconds = 0.0
+        if step.prefills:
+            seconds += self.timer.prefill_seconds([(n, seq.kv.length) for seq, n in step.prefills])
+            self.stats.prefill_tokens += sum(n for _, n in step.prefills)
+        if step.decodes:
+            seconds += self.timer.decode_seconds([seq.kv.length + 1 for seq in step.decodes])
+            self.stats.decode_tokens += len(step.decodes)
+        st = self.stats
+        st.steps += 1
+        st.busy_s += seconds
+        queued = len(s.waiting) - len(step.prefills)  # prompts being computed stay in ``waiting`` until done
+        st.trace.append((now, seconds, queued, len(s.running), s.budget.used if s.budget else 0))
+        self.busy = True
+        return step, seconds
+
+    def end_step(self, step: Step, now: float) -> list[tuple[SimSequence, object]]:
+        """Apply the step's effects at its end and let the scheduler move sequences on."""
+        output = StepOutput(run_prefill(step.prefills, now) if step.prefills else [],
+                            run_decode(step.decodes, now) if step.decodes else [])
+        self.busy = False
+        return self.scheduler.postprocess(step, output)
+
+    def describe(self) -> str:
+        d = self.deployment
+        attn = "DP-attn" if d.dp_attention else f"TP{d.tp}"
+        return f"{d.gpus}x{d.hardware} {attn} EP{d.ep}"

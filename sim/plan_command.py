@@ -1,0 +1,172 @@
+"""``pdserve plan``: the flags, the search, and the report (Pareto front, best per hardware, the baseline, and why
+the winner wins)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+
+from client.bench.report import save_json
+from perfmodel.deployment import Deployment
+from sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
+from sim.workload import build_workload
+
+BASELINE = Deployment()  # the source article's: DeepSeek-R1 on 8 x H20-141G, TP8 EP8, colocated
+
+
+def parse_duration(text: str, name: str) -> float:
+    """``2s``, ``500ms``, ``0.05`` (seconds) -> seconds."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{name}: expected a positive duration like 2s or 50ms, got {text!r}")
+    return float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+
+
+def _row(o: Outcome) -> dict:
+    b = o.best
+    s = b.summary if b else {}
+    return {"candidate": o.candidate.label(), "hardware": o.candidate.deployment.hardware, "gpus": o.candidate.gpus,
+            "colocated": o.candidate.colocated, "max_rate": b.rate if b else 0.0, "goodput": o.goodput,
+            "goodput_per_gpu": o.goodput_per_gpu, "p90_ttft_ms": s.get("p90_ttft_ms"),
+            "p90_tpot_ms": s.get("p90_tpot_ms"), "mean_e2el_ms": s.get("mean_e2el_ms"), "binding_slo": o.binding}
+
+
+def _table(rows: list[dict]) -> str:
+    lines = [f"{'deployment':<40} {'GPUs':>4} {'rate':>7} {'goodput':>8} {'/GPU':>7} {'p90 TTFT':>9} "
+             f"{'p90 TPOT':>9} {'binds':>5}", f"{'':<40} {'':>4} {'req/s':>7} {'req/s':>8} {'req/s':>7} "
+             f"{'ms':>9} {'ms':>9}"]
+    for r in rows:
+        ttft = f"{r['p90_ttft_ms']:.0f}" if r["p90_ttft_ms"] is not None else "-"
+        tpot = f"{r['p90_tpot_ms']:.1f}" if r["p90_tpot_ms"] is not None else "-"
+        lines.append(f"{r['candidate']:<40} {r['gpus']:>4} {r['max_rate']:>7.2f} {r['goodput']:>8.2f} "
+                     f"{r['goodput_per_gpu']:>7.3f} {ttft:>9} {tpot:>9} {r['binding_slo']:>5}")
+    return "\n".join(lines)
+
+
+def _grown(c: Candidate) -> list[tuple[str, Candidate]]:
+    if c.colocated:
+        return [("one more colocated instance", Candidate(c.deployment, 0, c.n_decode + 1))]
+    return [("one more prefill instance", Candidate(c.deployment, c.n_prefill + 1, c.n_decode)),
+            ("one more decode instance", Candidate(c.deployment, c.n_prefill, c.n_decode + 1))]
+
+
+def explain(planner: Planner, winner: Outcome) -> tuple[list[str], dict]:
+    """Where the winner's time goes, which SLO binds, and what the next instance's GPUs would buy."""
+    c, b = winner.candidate, winner.best
+    lines, facts = [], {}
+    if b is None:
+        return ["no candidate met the SLOs at any rate tried"], facts
+    util = {}
+    for r in b.summary["instances"]:
+        util.setdefault(r["role"], []).append(r["utilization"])
+    util = {k: sum(v) / len(v) for k, v in util.items()}
+    decode_rows = [r for r in b.summary["instances"] if r["role"] != "prefill"]
+    batch = int(round(sum(r["decode_tokens"] / max(1, r["steps"]) for r in decode_rows) / max(1, len(decode_rows))))
+    parts = step_breakdown(c.deployment, planner.mean_in, batch, int(planner.mean_in + planner.mean_out / 2))
+    facts.update(utilization=util, mean_decode_batch=batch, step_parts=parts)
+    lines.append(f"winner: {c.label()} ({c.gpus} GPUs): {winner.goodput:.2f} req/s within the SLOs, "
+                 f"{winner.goodput_per_gpu:.3f} per GPU, at {b.rate:.2f} req/s offered")
+    lines.append("  busy: " + ", ".join(f"{role} instances {100 * u:.0f}%" for role, u in util.items()))
+    for phase, d in parts.items():
+        total = d.pop("total")
+        top = sorted(d.items(), key=lambda kv: -kv[1])[:3]
+        what = "a mean prompt" if phase == "prefill" else f"a step of {batch} sequences"
+        lines.append(f"  {phase} of {what}: {1000 * total:.1f} ms = " +
+                     ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in top))
+    ttft, tpot = b.ttft_ratio, b.tpot_ratio
+    lines.append(f"  binding SLO: {winner.binding} (at {b.rate:.2f} req/s {100 * b.attainment:.0f}% of requests meet both; "
+                 f"p90 TTFT is {100 * ttft:.0f}% of its limit, p90 TPOT {100 * tpot:.0f}%)")
+    for what, bigger in _grown(c):
+        o = planner.evaluate(bigger)
+        extra = bigger.gpus - c.gpus
+        gain = (o.goodput - winner.goodput) / extra
+        facts.setdefault("next", []).append({"change": what, "gpus": bigger.gpus, "goodput": o.goodput,
+                                             "gain_per_added_gpu": gain})
+        lines.append(f"  {what} (+{extra} GPUs): {o.goodput:.2f} req/s, {gain:+.3f} req/s per added GPU, "
+                     f"{o.goodput_per_gpu:.3f} per GPU overall")
+    return lines, facts
+
+
+def sensitivity(planner: Planner, winner: Candidate, baseline: Candidate) -> tuple[list[str], list[dict]]:
+    """Goodput per GPU of the winner and the baseline with one timing assumption changed at a time."""
+    from sim.sensitivity import VARIANTS, variant
+
+    lines, rows = ["sensitivity (goodput per GPU, winner / baseline):"], []
+    for name, why, change in VARIANTS:
+        w = planner.evaluate(Candidate(variant(winner.deployment, change), winner.n_prefill, winner.n_decode))
+        b = planner.evaluate(Candidate(variant(baseline.deployment, change), baseline.n_prefill, baseline.n_decode))
+        ratio = w.goodput_per_gpu / b.goodput_per_gpu if b.goodput_per_gpu else float("inf")
+        rows.append({"variant": name, "why": why, "winner_goodput_per_gpu": w.goodput_per_gpu,
+                     "baseline_goodput_per_gpu": b.goodput_per_gpu, "ratio": ratio})
+        lines.append(f"  {name:<26} {w.goodput_per_gpu:.3f} / {b.goodput_per_gpu:.3f} = {ratio:.2f}x   ({why})")
+    return lines, rows
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    slo = SLO(parse_duration(a.ttft_p90, "ttft_p90"), parse_duration(a.tpot_p90, "tpot_p90"))
+    if a.max_nodes < 1:
+        raise ValueError(f"max_nodes: must be at least 1, got {a.max_nodes}")
+    if a.probes < 2:
+        raise ValueError(f"probes: must be at least 2, got {a.probes}")
+    started = time.perf_counter()
+    requests, _ = build_workload(a)
+    planner = Planner(requests, slo, a.max_num_seqs, a.max_num_batched_tokens, a.probes, a.burstiness, a.seed)
+    hardware = [h.strip() for h in a.hardware.split(",") if h.strip()]
+    try:
+        tp_sizes = tuple(int(x) for x in a.tp_sizes.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"tp_sizes: expected integers like 8,4, got {a.tp_sizes!r}") from None
+    if not tp_sizes or a.instance_sizes < 1:
+        raise ValueError("tp_sizes / instance_sizes: need at least one TP degree and one instance size")
+    pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True),
+                      tp_sizes=tp_sizes, sizes=a.instance_sizes)
+    if not pool:
+        raise ValueError(f"hardware: none of {', '.join(hardware)} holds the model within {a.max_nodes} nodes")
+    baseline = Candidate(BASELINE, 0, 1)
+    outcomes = [planner.evaluate(c) for c in pool]
+    base = next((o for o in outcomes if o.candidate.label() == baseline.label()), None) or planner.evaluate(baseline)
+    ranked = sorted(outcomes, key=lambda o: -o.goodput_per_gpu)
+    winner = ranked[0]
+    notes, facts = explain(planner, winner)
+    if a.sensitivity:
+        more, facts["sensitivity"] = sensitivity(planner, winner.candidate, baseline)
+        notes += [""] + more
+    rows = [_row(o) for o in ranked]
+    front = [{"candidate": o.candidate.label(), "gpus": o.candidate.gpus, "rate": p.rate,
+              "goodput_per_gpu": p.rate * p.attainment / o.candidate.gpus,
+              "mean_e2el_ms": p.summary["mean_e2el_ms"]} for o, p in pareto(outcomes)]
+    best_per_hw = {}
+    for o in ranked:
+        best_per_hw.setdefault(o.candidate.deployment.hardware, _row(o))
+    elapsed = time.perf_counter() - started
+    payload = {"slo": {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s}, "requests": len(requests),
+               "mean_input_tokens": planner.mean_in, "mean_output_tokens": planner.mean_out, "candidates": rows,
+               "pareto": front, "best_per_hardware": best_per_hw, "baseline": _row(base), "winner": _row(winner),
+               "explanation": notes, "facts": facts, "simulations": planner.simulations, "wall_seconds": elapsed}
+    if a.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(f"workload: {len(requests)} requests, mean {planner.mean_in:.0f} prompt / {planner.mean_out:.0f} output "
+              f"tokens; SLOs: p90 TTFT <= {slo.ttft_p90_s * 1000:.0f} ms, p90 TPOT <= {slo.tpot_p90_s * 1000:.0f} ms")
+        print(_table(rows))
+        print("\nPareto front (goodput per GPU vs mean e2e latency, passing operating points):")
+        for f in front:
+            print(f"  {f['candidate']:<40} at {f['rate']:6.2f} req/s: {f['goodput_per_gpu']:.3f} req/s/GPU, "
+                  f"mean E2EL {f['mean_e2el_ms']:,.0f} ms")
+        print("\nbest per hardware:")
+        for hw, r in best_per_hw.items():
+            print(f"  {hw:<9} {r['candidate']:<40} {r['goodput_per_gpu']:.3f} req/s/GPU")
+        b = _row(base)
+        print(f"\nbaseline (the article's 8 x H20-141G TP8 EP8, colocated): {b['goodput']:.2f} req/s, "
+              f"{b['goodput_per_gpu']:.3f} per GPU (binds: {b['binding_slo']})")
+        ratio = winner.goodput_per_gpu / base.goodput_per_gpu if base.goodput_per_gpu else float("inf")
+        print(f"winner vs baseline: {ratio:.2f}x goodput per GPU\n")
+        print("\n".join(notes))
+        print(f"\n{planner.simulations} simulations in {elapsed:.0f} s")
+    if a.save_result:
+        save_json(a.save_result, payload)
+        print(f"result written to {a.save_result}", file=sys.stderr)
+    return 0
