@@ -24,6 +24,23 @@ from engine.kv_budget import DEFAULT_KV_BLOCKS
 from kvstore.store import DEFAULT_CAPACITY_MB
 
 
+def wait_http_ok(url: str, deadline: float, popen: subprocess.Popen, name: str, log_tail) -> None:
+    """Poll ``url`` until it answers 200. Fails at once when the process exits, and at ``deadline`` (monotonic);
+    ``log_tail()`` gives the process's last output for the error."""
+    while True:
+        if popen.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {popen.returncode}:\n{log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} did not become ready in time:\n{log_tail()}")
+        time.sleep(0.1)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -244,18 +261,7 @@ class Stack:
 
     def _wait_http_ready(self, p: Process, deadline: float) -> None:
         """The HTTP edge is ready when its /health answers 200 (it asks the router)."""
-        while True:
-            if p.popen.poll() is not None:
-                raise RuntimeError(f"{p.name} exited with code {p.popen.returncode}:\n{self.log_tail(p)}")
-            try:
-                with urllib.request.urlopen(f"{self.http_url}/health", timeout=1.0) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{p.name} did not become healthy in time:\n{self.log_tail(p)}")
-            time.sleep(0.1)
+        wait_http_ok(f"{self.http_url}/health", deadline, p.popen, p.name, lambda: self.log_tail(p))
 
     @property
     def http_url(self) -> str:

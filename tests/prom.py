@@ -10,7 +10,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from client.launcher import free_port
+from client.launcher import free_port, wait_http_ok
 
 COMPARISON = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.eE+-]+\s*$")
 
@@ -49,19 +49,7 @@ class Prometheus:
             stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited:\n{self.log.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"prometheus not ready:\n{self.log.read_text()}")
-            time.sleep(0.2)
+        wait_http_ok(f"{self.url}/-/ready", time.monotonic() + timeout_s, self.proc, "prometheus", self.log.read_text)
 
     def stop(self) -> None:
         self.proc.terminate()
