@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 import grpc
 
-from common.server import channel
-from kvstore.wire import chunks_of
-from kvstore.store import checksum
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.common.server import channel
+from pdserve.kvstore.wire import chunks_of
+from pdserve.kvstore.store import checksum
+from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore.client")
 
@@ -273,4 +274,6 @@ class KVStoreClient:
         return list(await asyncio.gather(*(s.Stats(kvstore_pb2.StatsRequest()) for s in self.stubs)))
 
     async def corrupt(self, key: str) -> None:
-        await self.stubs[self.shard_of(key)].Corrupt(kvstore_pb2.CorruptRequest(key=key))
+        """Flip a byte of a stored block (tests: the kvstore must run with --enable-fault-injection)."""
+        faults = kvstore_faults_pb2_grpc.KVStoreFaultsStub(self.channels[self.shard_of(key)])
+        await faults.Corrupt(kvstore_faults_pb2.CorruptRequest(key=key))

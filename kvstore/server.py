@@ -9,15 +9,16 @@ import math
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.metrics import RPC_BUCKETS, set_process_info
+from pdserve.common.metrics import RPC_BUCKETS, set_process_info
 
-from common.server import serve, setup_logging
-from common.status import abort_code, abort_exhausted
-from common.config import FlagParser, service_parser
-from common.tls import configure_from_args
-from kvstore.wire import chunks_of
-from kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.common.server import serve, setup_logging
+from pdserve.common.status import abort_code, abort_exhausted
+from pdserve.common.config import FlagParser, service_parser
+from pdserve.common.tls import configure_from_args
+from pdserve.kvstore.wire import chunks_of
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
+from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore")
 
@@ -43,9 +44,8 @@ GET_BYTES = Counter("pdserve_kvstore_get_bytes_total", "Bytes served by Get")
 
 
 class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
-    def __init__(self, store: BlockStore, enable_fault_injection: bool = False) -> None:
+    def __init__(self, store: BlockStore) -> None:
         self.store = store
-        self.enable_fault_injection = enable_fault_injection
         self._evictions_counted = 0
         CAPACITY.set(store.capacity_bytes)
         for op in OPS:
@@ -204,16 +204,6 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                                       leased_blocks=s.leased_blocks, leases=len(s.leases), evictions=s.evictions,
                                       checksum_failures=s.checksum_failures)
 
-    async def Corrupt(self, request, context):
-        if not self.enable_fault_injection:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                "fault injection is off (start the kvstore with --enable-fault-injection)")
-        try:
-            self.store.corrupt(request.key)
-        except UnknownBlock:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"key: block {request.key} is not stored")
-        return kvstore_pb2.CorruptReply()
-
     async def expire_loop(self, period_s: float = 1.0) -> None:
         while True:
             await asyncio.sleep(period_s)
@@ -221,11 +211,25 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 self._update_gauges()
 
 
+class KVStoreFaultsService(kvstore_faults_pb2_grpc.KVStoreFaultsServicer):
+    """The test-only pdserve.testing.v1.KVStoreFaults service: registered only with --enable-fault-injection."""
+
+    def __init__(self, store: BlockStore) -> None:
+        self.store = store
+
+    async def Corrupt(self, request, context):
+        try:
+            self.store.corrupt(request.key)
+        except UnknownBlock:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"key: block {request.key} is not stored")
+        return kvstore_faults_pb2.CorruptResponse()
+
+
 def build_parser() -> FlagParser:
     parser = service_parser("kvstore", 50051)
     parser.add_argument("--capacity-mb", type=float, default=DEFAULT_CAPACITY_MB, help="byte budget for blocks, in MiB")
     parser.add_argument("--enable-fault-injection", action="store_true", env=False,
-                        help="allow the Corrupt RPC (tests only; never from the environment)")
+                        help="serve pdserve.testing.v1.KVStoreFaults (tests only; never from the environment)")
     return parser
 
 
@@ -233,12 +237,17 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
     configure_from_args(args)
-    service = KVStoreService(BlockStore(int(args.capacity_mb * (1 << 20))), args.enable_fault_injection)
+    store = BlockStore(int(args.capacity_mb * (1 << 20)))
+    service = KVStoreService(store)
     set_process_info("kvstore")
 
     def register(server):
         kvstore_pb2_grpc.add_KVStoreServicer_to_server(service, server)
-        return [kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name]
+        names = [kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name]
+        if args.enable_fault_injection:
+            kvstore_faults_pb2_grpc.add_KVStoreFaultsServicer_to_server(KVStoreFaultsService(store), server)
+            names.append(kvstore_faults_pb2.DESCRIPTOR.services_by_name["KVStoreFaults"].full_name)
+        return names
 
     async def run() -> None:
         expiry = asyncio.create_task(service.expire_loop())

@@ -9,9 +9,9 @@ import os
 import grpc
 import pytest
 
-from client.client import PdserveClient
-from client.launcher import free_port
-from protos import router_pb2, router_pb2_grpc
+from pdserve.client.client import PdserveClient
+from pdserve.client.launcher import free_port
+from pdserve.v1 import router_pb2, router_pb2_grpc
 from tests.containers import IMAGE, build_image, compose_command, podman_env, run
 from tests.helpers import wait_until
 from tests.prom import query
@@ -52,7 +52,7 @@ def test_image_runs_as_non_root_with_the_model_baked_in_and_a_grpc_health_check(
     inspect = run(["podman", "image", "inspect", IMAGE, "--format",
                    "{{.Config.User}}|{{json .Config.Healthcheck}}|{{json .Config.Entrypoint}}"], image_env).stdout
     user, health, entrypoint = inspect.strip().split("|")
-    assert user == "10001" and "common.healthcheck" in health and entrypoint == '["python","-m"]'
+    assert user == "10001" and "pdserve.common.healthcheck" in health and entrypoint == '["python","-m"]'
     out = run(["podman", "run", "--rm", "--entrypoint", "python", IMAGE, "-c",
                "import os; from engine.default_model import default_model_path as p; print(os.getuid(), p())"],
               image_env).stdout

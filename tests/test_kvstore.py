@@ -6,8 +6,8 @@ import zlib
 import grpc
 import pytest
 
-from kvstore.client import BlockData, KVIntegrityError, KVStoreClient, rendezvous_shard
-from kvstore.store import BlockStore, ChecksumMismatch, StoreFull
+from pdserve.kvstore.client import BlockData, KVIntegrityError, KVStoreClient, rendezvous_shard
+from pdserve.kvstore.store import BlockStore, ChecksumMismatch, StoreFull
 
 
 def crc(data):
@@ -89,7 +89,7 @@ def test_rendezvous_is_stable_and_spreads():
 
 @pytest.fixture(scope="module")
 def small_kvstores():
-    from client.launcher import Stack, StackSpec
+    from pdserve.client.launcher import Stack, StackSpec
 
     stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=0.001, fault_injection=True))
     stack.start(60)
@@ -177,3 +177,26 @@ def test_service_rejects_bad_input(small_kvstores):
             await kv.close()
 
     run(scenario())
+
+
+
+async def _corrupt_status(target: str) -> grpc.StatusCode:
+    from pdserve.common.server import channel
+    from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
+
+    async with channel(target) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await kvstore_faults_pb2_grpc.KVStoreFaultsStub(ch).Corrupt(kvstore_faults_pb2.CorruptRequest(key="nope"))
+    return err.value.code()
+
+
+def test_fault_injection_is_served_only_with_the_flag(small_kvstores):
+    """A kvstore started without --enable-fault-injection does not even have the test-only service."""
+    from pdserve.client.launcher import Stack, StackSpec
+
+    assert run(_corrupt_status(small_kvstores.kvstores[0].target)) == grpc.StatusCode.NOT_FOUND
+    plain = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1)).start(60)
+    try:
+        assert run(_corrupt_status(plain.kvstores[0].target)) == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        plain.stop()

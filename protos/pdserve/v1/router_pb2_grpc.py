@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import router_pb2 as protos_dot_router__pb2
+from pdserve.v1 import router_pb2 as pdserve_dot_v1_dot_router__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/router_pb2_grpc.py depends on'
+        + ' but the generated code in pdserve/v1/router_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,33 +37,33 @@ class RouterStub:
         """
         self.Generate = channel.unary_stream(
                 '/pdserve.v1.Router/Generate',
-                request_serializer=protos_dot_router__pb2.GenerateRequest.SerializeToString,
-                response_deserializer=protos_dot_router__pb2.GenerateChunk.FromString,
+                request_serializer=pdserve_dot_v1_dot_router__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_router__pb2.GenerateChunk.FromString,
                 _registered_method=True)
         self.Complete = channel.unary_unary(
                 '/pdserve.v1.Router/Complete',
-                request_serializer=protos_dot_router__pb2.GenerateRequest.SerializeToString,
-                response_deserializer=protos_dot_router__pb2.GenerateResponse.FromString,
+                request_serializer=pdserve_dot_v1_dot_router__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_router__pb2.GenerateResponse.FromString,
                 _registered_method=True)
         self.ListModels = channel.unary_unary(
                 '/pdserve.v1.Router/ListModels',
-                request_serializer=protos_dot_router__pb2.ListModelsRequest.SerializeToString,
-                response_deserializer=protos_dot_router__pb2.ListModelsResponse.FromString,
+                request_serializer=pdserve_dot_v1_dot_router__pb2.ListModelsRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_router__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
         self.Tokenize = channel.unary_unary(
                 '/pdserve.v1.Router/Tokenize',
-                request_serializer=protos_dot_router__pb2.TokenizeRequest.SerializeToString,
-                response_deserializer=protos_dot_router__pb2.TokenizeResponse.FromString,
+                request_serializer=pdserve_dot_v1_dot_router__pb2.TokenizeRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_router__pb2.TokenizeResponse.FromString,
                 _registered_method=True)
         self.Detokenize = channel.unary_unary(
                 '/pdserve.v1.Router/Detokenize',
-                request_serializer=protos_dot_router__pb2.DetokenizeRequest.SerializeToString,
-                response_deserializer=protos_dot_router__pb2.DetokenizeResponse.FromString,
+                request_serializer=pdserve_dot_v1_dot_router__pb2.DetokenizeRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_router__pb2.DetokenizeResponse.FromString,
                 _registered_method=True)
         self.Abort = channel.unary_unary(
                 '/pdserve.v1.Router/Abort',
-                request_serializer=protos_dot_router__pb2.AbortRequest.SerializeToString,
-                response_deserializer=protos_dot_router__pb2.AbortResponse.FromString,
+                request_serializer=pdserve_dot_v1_dot_router__pb2.AbortRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_router__pb2.AbortResponse.FromString,
                 _registered_method=True)
 
 
@@ -119,33 +119,33 @@ def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Generate': grpc.unary_stream_rpc_method_handler(
                     servicer.Generate,
-                    request_deserializer=protos_dot_router__pb2.GenerateRequest.FromString,
-                    response_serializer=protos_dot_router__pb2.GenerateChunk.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_router__pb2.GenerateRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_router__pb2.GenerateChunk.SerializeToString,
             ),
             'Complete': grpc.unary_unary_rpc_method_handler(
                     servicer.Complete,
-                    request_deserializer=protos_dot_router__pb2.GenerateRequest.FromString,
-                    response_serializer=protos_dot_router__pb2.GenerateResponse.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_router__pb2.GenerateRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_router__pb2.GenerateResponse.SerializeToString,
             ),
             'ListModels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModels,
-                    request_deserializer=protos_dot_router__pb2.ListModelsRequest.FromString,
-                    response_serializer=protos_dot_router__pb2.ListModelsResponse.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_router__pb2.ListModelsRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_router__pb2.ListModelsResponse.SerializeToString,
             ),
             'Tokenize': grpc.unary_unary_rpc_method_handler(
                     servicer.Tokenize,
-                    request_deserializer=protos_dot_router__pb2.TokenizeRequest.FromString,
-                    response_serializer=protos_dot_router__pb2.TokenizeResponse.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_router__pb2.TokenizeRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_router__pb2.TokenizeResponse.SerializeToString,
             ),
             'Detokenize': grpc.unary_unary_rpc_method_handler(
                     servicer.Detokenize,
-                    request_deserializer=protos_dot_router__pb2.DetokenizeRequest.FromString,
-                    response_serializer=protos_dot_router__pb2.DetokenizeResponse.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_router__pb2.DetokenizeRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_router__pb2.DetokenizeResponse.SerializeToString,
             ),
             'Abort': grpc.unary_unary_rpc_method_handler(
                     servicer.Abort,
-                    request_deserializer=protos_dot_router__pb2.AbortRequest.FromString,
-                    response_serializer=protos_dot_router__pb2.AbortResponse.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_router__pb2.AbortRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_router__pb2.AbortResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,8 +174,8 @@ class Router:
             request,
             target,
             '/pdserve.v1.Router/Generate',
-            protos_dot_router__pb2.GenerateRequest.SerializeToString,
-            protos_dot_router__pb2.GenerateChunk.FromString,
+            pdserve_dot_v1_dot_router__pb2.GenerateRequest.SerializeToString,
+            pdserve_dot_v1_dot_router__pb2.GenerateChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -201,8 +201,8 @@ class Router:
             request,
             target,
             '/pdserve.v1.Router/Complete',
-            protos_dot_router__pb2.GenerateRequest.SerializeToString,
-            protos_dot_router__pb2.GenerateResponse.FromString,
+            pdserve_dot_v1_dot_router__pb2.GenerateRequest.SerializeToString,
+            pdserve_dot_v1_dot_router__pb2.GenerateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -228,8 +228,8 @@ class Router:
             request,
             target,
             '/pdserve.v1.Router/ListModels',
-            protos_dot_router__pb2.ListModelsRequest.SerializeToString,
-            protos_dot_router__pb2.ListModelsResponse.FromString,
+            pdserve_dot_v1_dot_router__pb2.ListModelsRequest.SerializeToString,
+            pdserve_dot_v1_dot_router__pb2.ListModelsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -255,8 +255,8 @@ class Router:
             request,
             target,
             '/pdserve.v1.Router/Tokenize',
-            protos_dot_router__pb2.TokenizeRequest.SerializeToString,
-            protos_dot_router__pb2.TokenizeResponse.FromString,
+            pdserve_dot_v1_dot_router__pb2.TokenizeRequest.SerializeToString,
+            pdserve_dot_v1_dot_router__pb2.TokenizeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -282,8 +282,8 @@ class Router:
             request,
             target,
             '/pdserve.v1.Router/Detokenize',
-            protos_dot_router__pb2.DetokenizeRequest.SerializeToString,
-            protos_dot_router__pb2.DetokenizeResponse.FromString,
+            pdserve_dot_v1_dot_router__pb2.DetokenizeRequest.SerializeToString,
+            pdserve_dot_v1_dot_router__pb2.DetokenizeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -309,8 +309,8 @@ class Router:
             request,
             target,
             '/pdserve.v1.Router/Abort',
-            protos_dot_router__pb2.AbortRequest.SerializeToString,
-            protos_dot_router__pb2.AbortResponse.FromString,
+            pdserve_dot_v1_dot_router__pb2.AbortRequest.SerializeToString,
+            pdserve_dot_v1_dot_router__pb2.AbortResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -109,13 +109,3 @@ class StatsReply(_message.Message):
     evictions: int
     checksum_failures: int
     def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., leased_blocks: _Optional[int] = ..., leases: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ...) -> None: ...
-
-class CorruptRequest(_message.Message):
-    __slots__ = ("key",)
-    KEY_FIELD_NUMBER: _ClassVar[int]
-    key: str
-    def __init__(self, key: _Optional[str] = ...) -> None: ...
-
-class CorruptReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...

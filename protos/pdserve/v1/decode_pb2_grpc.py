@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from protos import common_pb2 as protos_dot_common__pb2
-from protos import prefill_pb2 as protos_dot_prefill__pb2
+from pdserve.v1 import common_pb2 as pdserve_dot_v1_dot_common__pb2
+from pdserve.v1 import decode_pb2 as pdserve_dot_v1_dot_decode__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -19,15 +19,16 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/prefill_pb2_grpc.py depends on'
+        + ' but the generated code in pdserve/v1/decode_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class PrefillStub:
-    """Runs prompts through the model in batches, writes their KV blocks to the kvstore, samples the first token.
+class DecodeStub:
+    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
+    streams tokens as they are produced.
     """
 
     def __init__(self, channel):
@@ -36,23 +37,24 @@ class PrefillStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Prefill = channel.unary_unary(
-                '/pdserve.v1.Prefill/Prefill',
-                request_serializer=protos_dot_prefill__pb2.PrefillRequest.SerializeToString,
-                response_deserializer=protos_dot_prefill__pb2.PrefillReply.FromString,
+        self.Decode = channel.unary_stream(
+                '/pdserve.v1.Decode/Decode',
+                request_serializer=pdserve_dot_v1_dot_decode__pb2.DecodeRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_decode__pb2.DecodeChunk.FromString,
                 _registered_method=True)
         self.GetLoad = channel.unary_unary(
-                '/pdserve.v1.Prefill/GetLoad',
-                request_serializer=protos_dot_common__pb2.LoadRequest.SerializeToString,
-                response_deserializer=protos_dot_common__pb2.WorkerLoad.FromString,
+                '/pdserve.v1.Decode/GetLoad',
+                request_serializer=pdserve_dot_v1_dot_common__pb2.LoadRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_common__pb2.WorkerLoad.FromString,
                 _registered_method=True)
 
 
-class PrefillServicer:
-    """Runs prompts through the model in batches, writes their KV blocks to the kvstore, samples the first token.
+class DecodeServicer:
+    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
+    streams tokens as they are produced.
     """
 
-    def Prefill(self, request, context):
+    def Decode(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -65,32 +67,33 @@ class PrefillServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_PrefillServicer_to_server(servicer, server):
+def add_DecodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Prefill': grpc.unary_unary_rpc_method_handler(
-                    servicer.Prefill,
-                    request_deserializer=protos_dot_prefill__pb2.PrefillRequest.FromString,
-                    response_serializer=protos_dot_prefill__pb2.PrefillReply.SerializeToString,
+            'Decode': grpc.unary_stream_rpc_method_handler(
+                    servicer.Decode,
+                    request_deserializer=pdserve_dot_v1_dot_decode__pb2.DecodeRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_decode__pb2.DecodeChunk.SerializeToString,
             ),
             'GetLoad': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLoad,
-                    request_deserializer=protos_dot_common__pb2.LoadRequest.FromString,
-                    response_serializer=protos_dot_common__pb2.WorkerLoad.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_common__pb2.LoadRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_common__pb2.WorkerLoad.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'pdserve.v1.Prefill', rpc_method_handlers)
+            'pdserve.v1.Decode', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('pdserve.v1.Prefill', rpc_method_handlers)
+    server.add_registered_method_handlers('pdserve.v1.Decode', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Prefill:
-    """Runs prompts through the model in batches, writes their KV blocks to the kvstore, samples the first token.
+class Decode:
+    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
+    streams tokens as they are produced.
     """
 
     @staticmethod
-    def Prefill(request,
+    def Decode(request,
             target,
             options=(),
             channel_credentials=None,
@@ -100,12 +103,12 @@ class Prefill:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
-            '/pdserve.v1.Prefill/Prefill',
-            protos_dot_prefill__pb2.PrefillRequest.SerializeToString,
-            protos_dot_prefill__pb2.PrefillReply.FromString,
+            '/pdserve.v1.Decode/Decode',
+            pdserve_dot_v1_dot_decode__pb2.DecodeRequest.SerializeToString,
+            pdserve_dot_v1_dot_decode__pb2.DecodeChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -130,9 +133,9 @@ class Prefill:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/pdserve.v1.Prefill/GetLoad',
-            protos_dot_common__pb2.LoadRequest.SerializeToString,
-            protos_dot_common__pb2.WorkerLoad.FromString,
+            '/pdserve.v1.Decode/GetLoad',
+            pdserve_dot_v1_dot_common__pb2.LoadRequest.SerializeToString,
+            pdserve_dot_v1_dot_common__pb2.WorkerLoad.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import kvstore_pb2 as protos_dot_kvstore__pb2
+from pdserve.v1 import kvstore_pb2 as pdserve_dot_v1_dot_kvstore__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/kvstore_pb2_grpc.py depends on'
+        + ' but the generated code in pdserve/v1/kvstore_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,43 +37,38 @@ class KVStoreStub:
         """
         self.Put = channel.stream_unary(
                 '/pdserve.v1.KVStore/Put',
-                request_serializer=protos_dot_kvstore__pb2.PutChunk.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.PutReply.FromString,
+                request_serializer=pdserve_dot_v1_dot_kvstore__pb2.PutChunk.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_kvstore__pb2.PutReply.FromString,
                 _registered_method=True)
         self.Get = channel.unary_stream(
                 '/pdserve.v1.KVStore/Get',
-                request_serializer=protos_dot_kvstore__pb2.GetRequest.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.GetChunk.FromString,
+                request_serializer=pdserve_dot_v1_dot_kvstore__pb2.GetRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_kvstore__pb2.GetChunk.FromString,
                 _registered_method=True)
         self.Lookup = channel.unary_unary(
                 '/pdserve.v1.KVStore/Lookup',
-                request_serializer=protos_dot_kvstore__pb2.LookupRequest.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.LookupReply.FromString,
+                request_serializer=pdserve_dot_v1_dot_kvstore__pb2.LookupRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_kvstore__pb2.LookupReply.FromString,
                 _registered_method=True)
         self.Acquire = channel.unary_unary(
                 '/pdserve.v1.KVStore/Acquire',
-                request_serializer=protos_dot_kvstore__pb2.AcquireRequest.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.LookupReply.FromString,
+                request_serializer=pdserve_dot_v1_dot_kvstore__pb2.AcquireRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_kvstore__pb2.LookupReply.FromString,
                 _registered_method=True)
         self.Renew = channel.unary_unary(
                 '/pdserve.v1.KVStore/Renew',
-                request_serializer=protos_dot_kvstore__pb2.LeaseRequest.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.LeaseReply.FromString,
+                request_serializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseReply.FromString,
                 _registered_method=True)
         self.Release = channel.unary_unary(
                 '/pdserve.v1.KVStore/Release',
-                request_serializer=protos_dot_kvstore__pb2.LeaseRequest.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.LeaseReply.FromString,
+                request_serializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseReply.FromString,
                 _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/pdserve.v1.KVStore/Stats',
-                request_serializer=protos_dot_kvstore__pb2.StatsRequest.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.StatsReply.FromString,
-                _registered_method=True)
-        self.Corrupt = channel.unary_unary(
-                '/pdserve.v1.KVStore/Corrupt',
-                request_serializer=protos_dot_kvstore__pb2.CorruptRequest.SerializeToString,
-                response_deserializer=protos_dot_kvstore__pb2.CorruptReply.FromString,
+                request_serializer=pdserve_dot_v1_dot_kvstore__pb2.StatsRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_kvstore__pb2.StatsReply.FromString,
                 _registered_method=True)
 
 
@@ -127,55 +122,43 @@ class KVStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Corrupt(self, request, context):
-        """Flips one stored byte; refused unless the server runs with --enable-fault-injection (for tests).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_KVStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Put': grpc.stream_unary_rpc_method_handler(
                     servicer.Put,
-                    request_deserializer=protos_dot_kvstore__pb2.PutChunk.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.PutReply.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_kvstore__pb2.PutChunk.FromString,
+                    response_serializer=pdserve_dot_v1_dot_kvstore__pb2.PutReply.SerializeToString,
             ),
             'Get': grpc.unary_stream_rpc_method_handler(
                     servicer.Get,
-                    request_deserializer=protos_dot_kvstore__pb2.GetRequest.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.GetChunk.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_kvstore__pb2.GetRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_kvstore__pb2.GetChunk.SerializeToString,
             ),
             'Lookup': grpc.unary_unary_rpc_method_handler(
                     servicer.Lookup,
-                    request_deserializer=protos_dot_kvstore__pb2.LookupRequest.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.LookupReply.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_kvstore__pb2.LookupRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_kvstore__pb2.LookupReply.SerializeToString,
             ),
             'Acquire': grpc.unary_unary_rpc_method_handler(
                     servicer.Acquire,
-                    request_deserializer=protos_dot_kvstore__pb2.AcquireRequest.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.LookupReply.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_kvstore__pb2.AcquireRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_kvstore__pb2.LookupReply.SerializeToString,
             ),
             'Renew': grpc.unary_unary_rpc_method_handler(
                     servicer.Renew,
-                    request_deserializer=protos_dot_kvstore__pb2.LeaseRequest.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.LeaseReply.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseReply.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
-                    request_deserializer=protos_dot_kvstore__pb2.LeaseRequest.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.LeaseReply.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_kvstore__pb2.LeaseReply.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
-                    request_deserializer=protos_dot_kvstore__pb2.StatsRequest.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.StatsReply.SerializeToString,
-            ),
-            'Corrupt': grpc.unary_unary_rpc_method_handler(
-                    servicer.Corrupt,
-                    request_deserializer=protos_dot_kvstore__pb2.CorruptRequest.FromString,
-                    response_serializer=protos_dot_kvstore__pb2.CorruptReply.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_kvstore__pb2.StatsRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_kvstore__pb2.StatsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -204,8 +187,8 @@ class KVStore:
             request_iterator,
             target,
             '/pdserve.v1.KVStore/Put',
-            protos_dot_kvstore__pb2.PutChunk.SerializeToString,
-            protos_dot_kvstore__pb2.PutReply.FromString,
+            pdserve_dot_v1_dot_kvstore__pb2.PutChunk.SerializeToString,
+            pdserve_dot_v1_dot_kvstore__pb2.PutReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -231,8 +214,8 @@ class KVStore:
             request,
             target,
             '/pdserve.v1.KVStore/Get',
-            protos_dot_kvstore__pb2.GetRequest.SerializeToString,
-            protos_dot_kvstore__pb2.GetChunk.FromString,
+            pdserve_dot_v1_dot_kvstore__pb2.GetRequest.SerializeToString,
+            pdserve_dot_v1_dot_kvstore__pb2.GetChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -258,8 +241,8 @@ class KVStore:
             request,
             target,
             '/pdserve.v1.KVStore/Lookup',
-            protos_dot_kvstore__pb2.LookupRequest.SerializeToString,
-            protos_dot_kvstore__pb2.LookupReply.FromString,
+            pdserve_dot_v1_dot_kvstore__pb2.LookupRequest.SerializeToString,
+            pdserve_dot_v1_dot_kvstore__pb2.LookupReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -285,8 +268,8 @@ class KVStore:
             request,
             target,
             '/pdserve.v1.KVStore/Acquire',
-            protos_dot_kvstore__pb2.AcquireRequest.SerializeToString,
-            protos_dot_kvstore__pb2.LookupReply.FromString,
+            pdserve_dot_v1_dot_kvstore__pb2.AcquireRequest.SerializeToString,
+            pdserve_dot_v1_dot_kvstore__pb2.LookupReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -312,8 +295,8 @@ class KVStore:
             request,
             target,
             '/pdserve.v1.KVStore/Renew',
-            protos_dot_kvstore__pb2.LeaseRequest.SerializeToString,
-            protos_dot_kvstore__pb2.LeaseReply.FromString,
+            pdserve_dot_v1_dot_kvstore__pb2.LeaseRequest.SerializeToString,
+            pdserve_dot_v1_dot_kvstore__pb2.LeaseReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -339,8 +322,8 @@ class KVStore:
             request,
             target,
             '/pdserve.v1.KVStore/Release',
-            protos_dot_kvstore__pb2.LeaseRequest.SerializeToString,
-            protos_dot_kvstore__pb2.LeaseReply.FromString,
+            pdserve_dot_v1_dot_kvstore__pb2.LeaseRequest.SerializeToString,
+            pdserve_dot_v1_dot_kvstore__pb2.LeaseReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -366,35 +349,8 @@ class KVStore:
             request,
             target,
             '/pdserve.v1.KVStore/Stats',
-            protos_dot_kvstore__pb2.StatsRequest.SerializeToString,
-            protos_dot_kvstore__pb2.StatsReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Corrupt(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/pdserve.v1.KVStore/Corrupt',
-            protos_dot_kvstore__pb2.CorruptRequest.SerializeToString,
-            protos_dot_kvstore__pb2.CorruptReply.FromString,
+            pdserve_dot_v1_dot_kvstore__pb2.StatsRequest.SerializeToString,
+            pdserve_dot_v1_dot_kvstore__pb2.StatsReply.FromString,
             options,
             channel_credentials,
             insecure,

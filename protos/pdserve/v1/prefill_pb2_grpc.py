@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from protos import common_pb2 as protos_dot_common__pb2
-from protos import decode_pb2 as protos_dot_decode__pb2
+from pdserve.v1 import common_pb2 as pdserve_dot_v1_dot_common__pb2
+from pdserve.v1 import prefill_pb2 as pdserve_dot_v1_dot_prefill__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -19,16 +19,15 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/decode_pb2_grpc.py depends on'
+        + ' but the generated code in pdserve/v1/prefill_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class DecodeStub:
-    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
-    streams tokens as they are produced.
+class PrefillStub:
+    """Runs prompts through the model in batches, writes their KV blocks to the kvstore, samples the first token.
     """
 
     def __init__(self, channel):
@@ -37,24 +36,23 @@ class DecodeStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Decode = channel.unary_stream(
-                '/pdserve.v1.Decode/Decode',
-                request_serializer=protos_dot_decode__pb2.DecodeRequest.SerializeToString,
-                response_deserializer=protos_dot_decode__pb2.DecodeChunk.FromString,
+        self.Prefill = channel.unary_unary(
+                '/pdserve.v1.Prefill/Prefill',
+                request_serializer=pdserve_dot_v1_dot_prefill__pb2.PrefillRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_prefill__pb2.PrefillReply.FromString,
                 _registered_method=True)
         self.GetLoad = channel.unary_unary(
-                '/pdserve.v1.Decode/GetLoad',
-                request_serializer=protos_dot_common__pb2.LoadRequest.SerializeToString,
-                response_deserializer=protos_dot_common__pb2.WorkerLoad.FromString,
+                '/pdserve.v1.Prefill/GetLoad',
+                request_serializer=pdserve_dot_v1_dot_common__pb2.LoadRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_common__pb2.WorkerLoad.FromString,
                 _registered_method=True)
 
 
-class DecodeServicer:
-    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
-    streams tokens as they are produced.
+class PrefillServicer:
+    """Runs prompts through the model in batches, writes their KV blocks to the kvstore, samples the first token.
     """
 
-    def Decode(self, request, context):
+    def Prefill(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -67,33 +65,32 @@ class DecodeServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_DecodeServicer_to_server(servicer, server):
+def add_PrefillServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Decode': grpc.unary_stream_rpc_method_handler(
-                    servicer.Decode,
-                    request_deserializer=protos_dot_decode__pb2.DecodeRequest.FromString,
-                    response_serializer=protos_dot_decode__pb2.DecodeChunk.SerializeToString,
+            'Prefill': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prefill,
+                    request_deserializer=pdserve_dot_v1_dot_prefill__pb2.PrefillRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_prefill__pb2.PrefillReply.SerializeToString,
             ),
             'GetLoad': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLoad,
-                    request_deserializer=protos_dot_common__pb2.LoadRequest.FromString,
-                    response_serializer=protos_dot_common__pb2.WorkerLoad.SerializeToString,
+                    request_deserializer=pdserve_dot_v1_dot_common__pb2.LoadRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_common__pb2.WorkerLoad.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'pdserve.v1.Decode', rpc_method_handlers)
+            'pdserve.v1.Prefill', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('pdserve.v1.Decode', rpc_method_handlers)
+    server.add_registered_method_handlers('pdserve.v1.Prefill', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Decode:
-    """Continuous batching under a KV budget (counted in blocks; each sequence keeps its KV contiguous, not paged);
-    streams tokens as they are produced.
+class Prefill:
+    """Runs prompts through the model in batches, writes their KV blocks to the kvstore, samples the first token.
     """
 
     @staticmethod
-    def Decode(request,
+    def Prefill(request,
             target,
             options=(),
             channel_credentials=None,
@@ -103,12 +100,12 @@ class Decode:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(
+        return grpc.experimental.unary_unary(
             request,
             target,
-            '/pdserve.v1.Decode/Decode',
-            protos_dot_decode__pb2.DecodeRequest.SerializeToString,
-            protos_dot_decode__pb2.DecodeChunk.FromString,
+            '/pdserve.v1.Prefill/Prefill',
+            pdserve_dot_v1_dot_prefill__pb2.PrefillRequest.SerializeToString,
+            pdserve_dot_v1_dot_prefill__pb2.PrefillReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -133,9 +130,9 @@ class Decode:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/pdserve.v1.Decode/GetLoad',
-            protos_dot_common__pb2.LoadRequest.SerializeToString,
-            protos_dot_common__pb2.WorkerLoad.FromString,
+            '/pdserve.v1.Prefill/GetLoad',
+            pdserve_dot_v1_dot_common__pb2.LoadRequest.SerializeToString,
+            pdserve_dot_v1_dot_common__pb2.WorkerLoad.FromString,
             options,
             channel_credentials,
             insecure,
