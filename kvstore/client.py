@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import grpc
 
 from common.server import channel
-from kvstore.wire import chunks_of
+from kvstore.memory import keep_freed_memory
+from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, WireBlock, chunks_of, decoder, serialize
 from kvstore.store import checksum
 from protos import kvstore_pb2, kvstore_pb2_grpc
 
@@ -41,7 +42,11 @@ class KVIntegrityError(Exception):
 class BlockData:
     key: str
     token_count: int
-    data: bytes
+    data: bytes | bytearray | memoryview  # fetched: a view of the message that carried it when one did
+
+
+def _method(name: str) -> str:
+    return f"/{kvstore_pb2.DESCRIPTOR.services_by_name['KVStore'].full_name}/{name}"
 
 
 def rendezvous_ranking(key: str, shards: list[str]) -> list[int]:
@@ -65,8 +70,14 @@ class KVStoreClient:
         if not targets:
             raise ValueError("kvstore: at least one address is needed")
         self.targets = list(targets)
+        keep_freed_memory()  # received and sent KV buffers are reused, not faulted in again
         self.channels = [channel(t) for t in self.targets]
         self.stubs = [kvstore_pb2_grpc.KVStoreStub(c) for c in self.channels]
+        # Put and Get move data messages without the protobuf runtime (kvstore.wire)
+        self._puts = [c.stream_unary(_method("Put"), request_serializer=serialize,
+                                     response_deserializer=kvstore_pb2.PutReply.FromString) for c in self.channels]
+        self._gets = [c.unary_stream(_method("Get"), request_serializer=kvstore_pb2.GetRequest.SerializeToString,
+                                     response_deserializer=decoder(kvstore_pb2.GetChunk)) for c in self.channels]
         self.down_until = [0.0] * len(self.targets)
 
     async def close(self) -> None:
@@ -166,13 +177,14 @@ class KVStoreClient:
                 first = True
                 for i in positions:
                     b = blocks[i]
-                    header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
-                                                     crc32=checksum(b.data))
-                    for msg in chunks_of(header, b.data, kvstore_pb2.PutChunk):
+                    encoded = WireBlock.from_bytes(b.data)  # the one copy; the checksum then reads it from cache
+                    header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(encoded),
+                                                     crc32=checksum(encoded))
+                    for msg in chunks_of(header, encoded, kvstore_pb2.PutChunk):
                         if first:
                             msg.lease_id, msg.lease_ttl_s, first = lease_id, lease_ttl_s, False
                         yield msg
-            reply = await self.stubs[shard].Put(messages(), timeout=timeout)
+            reply = await self._puts[shard](messages(), timeout=timeout)
             return reply.stored
 
         stored = 0
@@ -190,24 +202,25 @@ class KVStoreClient:
         out: list[BlockData | None] = [None] * len(keys)
 
         async def get_shard(shard: int, positions: list[int]) -> None:
-            call = self.stubs[shard].Get(kvstore_pb2.GetRequest(keys=[keys[i] for i in positions]), timeout=timeout)
+            call = self._gets[shard](kvstore_pb2.GetRequest(keys=[keys[i] for i in positions]), timeout=timeout)
             it = iter(positions)
-            header, parts = None, []
+            header, block = None, None
 
             def finish() -> None:
-                data = b"".join(parts)
-                if len(data) != header.nbytes or checksum(data) != header.crc32:
+                if not block.complete or block.crc32 != header.crc32:
                     raise KVIntegrityError(f"block {header.key} arrived corrupted")
-                out[next(it)] = BlockData(header.key, header.token_count, data)
+                out[next(it)] = BlockData(header.key, header.token_count, block.block().contiguous())
 
             try:
                 async for chunk in call:
                     if chunk.HasField("header"):
                         if header is not None:
                             finish()
-                        header, parts = chunk.header, []
-                    else:
-                        parts.append(chunk.data)
+                        if chunk.header.nbytes > MAX_BLOCK_BYTES:
+                            raise KVIntegrityError(f"block {chunk.header.key}: {chunk.header.nbytes} bytes is too big")
+                        header, block = chunk.header, BlockAssembler(chunk.header.nbytes)
+                    elif header is None or not block.add(chunk):
+                        raise KVIntegrityError("kvstore sent data outside a block's declared size")
             except grpc.aio.AioRpcError as err:
                 if err.code() == grpc.StatusCode.DATA_LOSS:
                     raise KVIntegrityError(err.details()) from err
