@@ -25,7 +25,8 @@ import grpc
 from common.server import channel
 from kvstore.memory import keep_freed_memory
 from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, WireBlock, chunks_of, decoder, serialize
-from kvstore.store import checksum
+from kvstore import shm as shm_files
+from kvstore.store import block_views, checksum
 from protos import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore.client")
@@ -66,10 +67,13 @@ def _unavailable(result: object) -> bool:
 
 
 class KVStoreClient:
-    def __init__(self, targets: list[str]) -> None:
+    def __init__(self, targets: list[str], shm: bool = False) -> None:
+        """``shm``: move block bytes through /dev/shm where a shard allows it (same host, kvstore run with --kv-shm);
+        a shard that refuses gets the socket."""
         if not targets:
             raise ValueError("kvstore: at least one address is needed")
         self.targets = list(targets)
+        self.shm = [shm and shm_files.available()] * len(self.targets)
         keep_freed_memory()  # received and sent KV buffers are reused, not faulted in again
         self.channels = [channel(t) for t in self.targets]
         self.stubs = [kvstore_pb2_grpc.KVStoreStub(c) for c in self.channels]
@@ -172,61 +176,116 @@ class KVStoreClient:
         """Store blocks (leased when lease_id is set). Returns how many were new.
 
         Blocks whose shard is unavailable go to each key's next-ranked shard."""
-        async def put_shard(shard: int, positions: list[int]) -> int:
-            def messages():
-                first = True
+        def first_message(header: kvstore_pb2.BlockHeader, shm_name: str = "") -> kvstore_pb2.PutChunk:
+            return kvstore_pb2.PutChunk(header=header, lease_id=lease_id, lease_ttl_s=lease_ttl_s, shm_name=shm_name)
+
+        def messages(positions: list[int]):
+            for n, i in enumerate(positions):
+                b = blocks[i]
+                encoded = WireBlock.from_bytes(b.data)  # the one copy; the checksum then reads it from cache
+                header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(encoded),
+                                                 crc32=checksum(encoded))
+                parts = chunks_of(header, encoded, kvstore_pb2.PutChunk)
+                next(parts)
+                yield first_message(header) if n == 0 else kvstore_pb2.PutChunk(header=header)
+                yield from parts
+
+        async def put_shm(shard: int, positions: list[int]) -> int:
+            with shm_files.ShmFile() as file:
+                headers, offset = [], 0
                 for i in positions:
                     b = blocks[i]
-                    encoded = WireBlock.from_bytes(b.data)  # the one copy; the checksum then reads it from cache
-                    header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(encoded),
-                                                     crc32=checksum(encoded))
-                    for msg in chunks_of(header, encoded, kvstore_pb2.PutChunk):
-                        if first:
-                            msg.lease_id, msg.lease_ttl_s, first = lease_id, lease_ttl_s, False
-                        yield msg
-            reply = await self._puts[shard](messages(), timeout=timeout)
-            return reply.stored
+                    shm_files.write_block(file.fd, offset, block_views(b.data))  # the one copy
+                    headers.append(kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
+                                                           crc32=checksum(b.data), shm_offset=offset))
+                    offset += len(b.data)
+                chunks = [first_message(headers[0], file.name)] + [kvstore_pb2.PutChunk(header=h)
+                                                                   for h in headers[1:]]
+                return (await self._puts[shard](iter(chunks), timeout=timeout)).stored
 
         stored = 0
 
         async def put_group(shard: int, positions: list[int]) -> None:
             nonlocal stored
-            stored += await put_shard(shard, positions)
+            if self.shm[shard]:
+                try:
+                    stored += await put_shm(shard, positions)
+                    return
+                except grpc.aio.AioRpcError as err:
+                    if not self._shm_refused(shard, err):
+                        raise
+            stored += (await self._puts[shard](messages(positions), timeout=timeout)).stored
 
         await self._with_failover([b.key for b in blocks], put_group, (grpc.StatusCode.UNAVAILABLE,))
         return stored
 
-    async def get(self, keys: list[str], timeout: float | None = None) -> list[BlockData]:
+    def _shm_refused(self, shard: int, err: grpc.aio.AioRpcError) -> bool:
+        """A shard that cannot use shared memory (another host, or run without --kv-shm) gets the socket from now on;
+        True if that was the error."""
+        if err.code() != grpc.StatusCode.FAILED_PRECONDITION or "shm" not in (err.details() or ""):
+            return False
+        log.warning("kvstore %s: no shared memory (%s); using the socket", self.targets[shard], err.details())
+        self.shm[shard] = False
+        return True
+
+    async def get(self, keys: list[str], timeout: float | None = None, wait_s: float = 0.0,
+                  lease_id: str = "") -> list[BlockData]:
         """Fetch blocks in the given order, each checked against its checksum on arrival. A block missing from its
-        shard (or a shard down) is looked for on the key's next-ranked shards."""
+        shard (or a shard down) is looked for on the key's next-ranked shards.
+
+        ``wait_s``: blocks not stored yet are waited for, at most this long each shard, and streamed as they come;
+        ``lease_id``: the writer's lease, whose release ends the wait (ABORTED) instead of the deadline."""
         out: list[BlockData | None] = [None] * len(keys)
 
-        async def get_shard(shard: int, positions: list[int]) -> None:
-            call = self._gets[shard](kvstore_pb2.GetRequest(keys=[keys[i] for i in positions]), timeout=timeout)
+        def request(positions: list[int], shm_name: str = "") -> kvstore_pb2.GetRequest:
+            return kvstore_pb2.GetRequest(keys=[keys[i] for i in positions], wait_s=wait_s, lease_id=lease_id,
+                                          shm_name=shm_name)
+
+        def checked(header: kvstore_pb2.BlockHeader, crc32: int, complete: bool, data) -> BlockData:
+            if not complete or crc32 != header.crc32:
+                raise KVIntegrityError(f"block {header.key} arrived corrupted")
+            return BlockData(header.key, header.token_count, data)
+
+        async def get_socket(shard: int, positions: list[int]) -> None:
             it = iter(positions)
             header, block = None, None
+            async for chunk in self._gets[shard](request(positions), timeout=timeout):
+                if chunk.HasField("header"):
+                    if header is not None:
+                        out[next(it)] = checked(header, block.crc32, block.complete, block.block().contiguous())
+                    if chunk.header.nbytes > MAX_BLOCK_BYTES:
+                        raise KVIntegrityError(f"block {chunk.header.key}: {chunk.header.nbytes} bytes is too big")
+                    header, block = chunk.header, BlockAssembler(chunk.header.nbytes)
+                elif header is None or not block.add(chunk):
+                    raise KVIntegrityError("kvstore sent data outside a block's declared size")
+            if header is not None:
+                out[next(it)] = checked(header, block.crc32, block.complete, block.block().contiguous())
 
-            def finish() -> None:
-                if not block.complete or block.crc32 != header.crc32:
-                    raise KVIntegrityError(f"block {header.key} arrived corrupted")
-                out[next(it)] = BlockData(header.key, header.token_count, block.block().contiguous())
+        async def get_shm(shard: int, positions: list[int]) -> None:
+            with shm_files.ShmFile() as file:
+                headers = []
+                async for chunk in self._gets[shard](request(positions, file.name), timeout=timeout):
+                    if not chunk.HasField("header"):
+                        raise KVIntegrityError("kvstore sent data on a shared-memory Get")
+                    headers.append(chunk.header)
+                mapped = file.mapped()  # views of it outlive the file
+            for i, h in zip(positions, headers):
+                view = mapped[h.shm_offset:h.shm_offset + h.nbytes]
+                out[i] = checked(h, checksum(view), len(view) == h.nbytes, view)
 
+        async def get_shard(shard: int, positions: list[int]) -> None:
             try:
-                async for chunk in call:
-                    if chunk.HasField("header"):
-                        if header is not None:
-                            finish()
-                        if chunk.header.nbytes > MAX_BLOCK_BYTES:
-                            raise KVIntegrityError(f"block {chunk.header.key}: {chunk.header.nbytes} bytes is too big")
-                        header, block = chunk.header, BlockAssembler(chunk.header.nbytes)
-                    elif header is None or not block.add(chunk):
-                        raise KVIntegrityError("kvstore sent data outside a block's declared size")
+                if self.shm[shard]:
+                    try:
+                        return await get_shm(shard, positions)
+                    except grpc.aio.AioRpcError as err:
+                        if not self._shm_refused(shard, err):
+                            raise
+                await get_socket(shard, positions)
             except grpc.aio.AioRpcError as err:
                 if err.code() == grpc.StatusCode.DATA_LOSS:
                     raise KVIntegrityError(err.details()) from err
                 raise
-            if header is not None:
-                finish()
 
         await self._with_failover(keys, get_shard, (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND))
         if any(b is None for b in out):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_LEASE_TTL_S = 3600.0
+MAX_WAIT_S = 600.0  # the longest a Get waits for blocks still being written
 RELEASED_KEPT = 100_000  # released lease ids remembered, so a Put or Acquire racing a release cannot revive one
 DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told otherwise
 
@@ -49,14 +50,17 @@ class Lease:
     keys: set[str] = field(default_factory=set)
 
 
-def checksum(data, previous: int = 0) -> int:
-    """CRC32 (zlib's polynomial) of ``data``, continuing from ``previous`` (the CRC32 of the bytes before it).
-
-    ``data``: a bytes-like object, or one kept in pieces that has ``views()`` (kvstore.wire.WireBlock)."""
+def block_views(data):
+    """A block's bytes as bytes-like pieces: ``data`` itself, or the pieces of one that has ``views()``
+    (kvstore.wire.WireBlock)."""
     views = getattr(data, "views", None)
-    if views is None:
-        return _crc32(data, previous) & 0xFFFFFFFF
-    for view in views():
+    return (data,) if views is None else views()
+
+
+def checksum(data, previous: int = 0) -> int:
+    """CRC32 (zlib's polynomial) of ``data`` (see :func:`block_views`), continuing from ``previous`` (the CRC32 of
+    the bytes before it)."""
+    for view in block_views(data):
         previous = _crc32(view, previous)
     return previous & 0xFFFFFFFF
 

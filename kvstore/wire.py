@@ -31,6 +31,7 @@ class DataPart:
     __slots__ = ("raw", "offset")
     lease_id = ""  # the fields a PutChunk holding only data leaves unset
     lease_ttl_s = 0.0
+    shm_name = ""
 
     def __init__(self, raw: bytes, offset: int) -> None:
         self.raw, self.offset = raw, offset
