@@ -276,6 +276,21 @@ def cmd_bench_kv(a: argparse.Namespace) -> int:
     if a.repeat < 1:
         print("pdserve bench-kv: --repeat must be >= 1", file=sys.stderr)
         return 2
+    if a.handoff:
+        from kvstore.bench_handoff import MODES, format_handoff, run_handoff_bench
+
+        modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown or a.prompt_len < 1 or a.chunk_tokens < 1 or a.requests < 1:
+            print(f"pdserve bench-kv: --modes must name some of {', '.join(MODES)}; --prompt-len, --chunk-tokens and "
+                  "--requests must be >= 1", file=sys.stderr)
+            return 2
+        handoff = run_handoff_bench(a.model, a.prompt_len, a.requests, a.chunk_tokens, modes)
+        print(format_handoff(handoff, a.prompt_len, a.chunk_tokens))
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump([asdict(r) for r in handoff], fh, indent=2)
+        return 0
     block_bytes = int(a.block_kb * 1024)
     rows = run_kv_bench(a.total_mb, block_bytes, a.streams, a.repeat)
     print(format_kv_table(rows, block_bytes))
@@ -294,6 +309,14 @@ def register(sub) -> None:
     p.add_argument("--streams", type=_positive_ints, default=(1, 4), help="concurrent streams, comma separated")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the best is kept")
     p.add_argument("--json", default=None, help="also write the rows to this file")
+    g = p.add_argument_group("--handoff: the hand-off inside the stack (kvstore/bench_handoff.py)")
+    g.add_argument("--handoff", action="store_true",
+                   help="instead: start a stack per mode and time TTFT and the first-to-second-token gap")
+    g.add_argument("--modes", default="store at end,store per chunk,per chunk + shm")
+    g.add_argument("--model", default=None, help="GGUF (default: SmolLM2-135M-Instruct)")
+    g.add_argument("--prompt-len", type=int, default=1024)
+    g.add_argument("--chunk-tokens", type=int, default=256, help="prefill's --max-num-batched-tokens")
+    g.add_argument("--requests", type=int, default=4, help="measured requests per mode (after one warm-up)")
     p.set_defaults(func=cmd_bench_kv)
 
 
