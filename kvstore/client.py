@@ -74,6 +74,7 @@ class KVStoreClient:
             raise ValueError("kvstore: at least one address is needed")
         self.targets = list(targets)
         self.shm = [shm and shm_files.available()] * len(self.targets)
+        self._shm_pool = shm_files.ShmPool()
         keep_freed_memory()  # received and sent KV buffers are reused, not faulted in again
         self.channels = [channel(t) for t in self.targets]
         self.stubs = [kvstore_pb2_grpc.KVStoreStub(c) for c in self.channels]
@@ -86,6 +87,7 @@ class KVStoreClient:
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self.channels))
+        self._shm_pool.close()
 
     def _mark_down(self, shard: int) -> None:
         if time.monotonic() >= self.down_until[shard]:
@@ -191,7 +193,7 @@ class KVStoreClient:
                 yield from parts
 
         async def put_shm(shard: int, positions: list[int]) -> int:
-            with shm_files.ShmFile() as file:
+            with self._shm_pool.lend() as file:
                 headers, offset = [], 0
                 for i in positions:
                     b = blocks[i]
@@ -262,16 +264,15 @@ class KVStoreClient:
                 out[next(it)] = checked(header, block.crc32, block.complete, block.block().contiguous())
 
         async def get_shm(shard: int, positions: list[int]) -> None:
-            with shm_files.ShmFile() as file:
+            with self._shm_pool.lend() as file:
                 headers = []
                 async for chunk in self._gets[shard](request(positions, file.name), timeout=timeout):
                     if not chunk.HasField("header"):
                         raise KVIntegrityError("kvstore sent data on a shared-memory Get")
                     headers.append(chunk.header)
-                mapped = file.mapped()  # views of it outlive the file
-            for i, h in zip(positions, headers):
-                view = mapped[h.shm_offset:h.shm_offset + h.nbytes]
-                out[i] = checked(h, checksum(view), len(view) == h.nbytes, view)
+                for i, h in zip(positions, headers):
+                    data = shm_files.read_block(file.fd, h.shm_offset, h.nbytes)  # a copy: the file is reused
+                    out[i] = checked(h, checksum(data), len(data) == h.nbytes, data)
 
         async def get_shard(shard: int, positions: list[int]) -> None:
             try:
