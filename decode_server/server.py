@@ -95,10 +95,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         """Import the request's blocks; returns (wall seconds, modeled transfer seconds)."""
         start = time.perf_counter()
         async with self.kv.keep_lease(handle.lease_id, handle.lease_ttl_s):  # a slow fetch never loses the KV to expiry
-            # with wait_s, blocks still being stored by prefill stream in as they are stored
-            blocks = await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id)
-            for block in blocks:
-                seq.kv.append_block(block.data, block.token_count)
+            # each block is imported as it arrives, while the rest is on the wire; with wait_s, blocks prefill is
+            # still storing stream in as they are stored
+            await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
+                              on_block=lambda block: seq.kv.append_block(block.data, block.token_count))
             if seq.kv.length != handle.token_count:
                 raise KVIntegrityError(f"blocks hold {seq.kv.length} tokens, the handle says {handle.token_count}")
             modeled = await self.worker.clock.pace_transfer(handle.token_count, self.kv_link,

@@ -17,7 +17,7 @@ import hashlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -231,13 +231,23 @@ class KVStoreClient:
         return True
 
     async def get(self, keys: list[str], timeout: float | None = None, wait_s: float = 0.0,
-                  lease_id: str = "") -> list[BlockData]:
+                  lease_id: str = "", on_block: Callable[[BlockData], object] | None = None) -> list[BlockData]:
         """Fetch blocks in the given order, each checked against its checksum on arrival. A block missing from its
         shard (or a shard down) is looked for on the key's next-ranked shards.
 
         ``wait_s``: blocks not stored yet are waited for, at most this long each shard, and streamed as they come;
-        ``lease_id``: the writer's lease, whose release ends the wait (ABORTED) instead of the deadline."""
+        ``lease_id``: the writer's lease, whose release ends the wait (ABORTED) instead of the deadline;
+        ``on_block``: called with each block, in key order, as soon as it and every block before it have arrived
+        (e.g. to import it while the rest is still on the wire)."""
         out: list[BlockData | None] = [None] * len(keys)
+        delivered = 0
+
+        def arrived(i: int, block: BlockData) -> None:
+            nonlocal delivered
+            out[i] = block
+            while on_block is not None and delivered < len(out) and out[delivered] is not None:
+                on_block(out[delivered])
+                delivered += 1
 
         def request(positions: list[int], shm_name: str = "") -> kvstore_pb2.GetRequest:
             return kvstore_pb2.GetRequest(keys=[keys[i] for i in positions], wait_s=wait_s, lease_id=lease_id,
@@ -254,14 +264,14 @@ class KVStoreClient:
             async for chunk in self._gets[shard](request(positions), timeout=timeout):
                 if chunk.HasField("header"):
                     if header is not None:
-                        out[next(it)] = checked(header, block.crc32, block.complete, block.block().contiguous())
+                        arrived(next(it), checked(header, block.crc32, block.complete, block.block().contiguous()))
                     if chunk.header.nbytes > MAX_BLOCK_BYTES:
                         raise KVIntegrityError(f"block {chunk.header.key}: {chunk.header.nbytes} bytes is too big")
                     header, block = chunk.header, BlockAssembler(chunk.header.nbytes)
                 elif header is None or not block.add(chunk):
                     raise KVIntegrityError("kvstore sent data outside a block's declared size")
             if header is not None:
-                out[next(it)] = checked(header, block.crc32, block.complete, block.block().contiguous())
+                arrived(next(it), checked(header, block.crc32, block.complete, block.block().contiguous()))
 
         async def get_shm(shard: int, positions: list[int]) -> None:
             with self._shm_pool.lend() as file:
@@ -272,7 +282,7 @@ class KVStoreClient:
                     headers.append(chunk.header)
                 for i, h in zip(positions, headers):
                     data = shm_files.read_block(file.fd, h.shm_offset, h.nbytes)  # a copy: the file is reused
-                    out[i] = checked(h, checksum(data), len(data) == h.nbytes, data)
+                    arrived(i, checked(h, checksum(data), len(data) == h.nbytes, data))
 
         async def get_shard(shard: int, positions: list[int]) -> None:
             try:

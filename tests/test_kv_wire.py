@@ -68,6 +68,8 @@ def test_generated_stub_and_fast_client_interoperate(tiny_kvstore):
     read each other's blocks."""
     import grpc
 
+    tiny_kvstore = tiny_kvstore[0]
+
     async def scenario():
         data = bytes(range(200)) * 10_000  # two data messages
         async with grpc.aio.insecure_channel(tiny_kvstore) as ch:
@@ -94,10 +96,28 @@ def test_generated_stub_and_fast_client_interoperate(tiny_kvstore):
 def tiny_kvstore():
     from client.launcher import Stack, StackSpec
 
-    stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1, kv_capacity_mb=16))
+    stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=16))
     stack.start(60)
-    yield stack.kvstores[0].target
+    yield [p.target for p in stack.kvstores]
     stack.stop()
+
+
+def test_blocks_reach_on_block_in_key_order_across_shards(tiny_kvstore):
+    blocks = [BlockData(f"order-{i}", 1, bytes([i]) * (1000 + i)) for i in range(12)]
+
+    async def scenario():
+        kv = KVStoreClient(tiny_kvstore)
+        try:
+            await kv.put(blocks)
+            assert {kv.shard_of(b.key) for b in blocks} == {0, 1}
+            seen = []
+            got = await kv.get([b.key for b in blocks], on_block=seen.append)
+            assert [b.key for b in seen] == [b.key for b in blocks] == [b.key for b in got]
+            assert [bytes(b.data) for b in seen] == [b.data for b in blocks]
+        finally:
+            await kv.close()
+
+    asyncio.run(scenario())
 
 
 def test_bench_kv_prints_its_table(capsys):
