@@ -4,7 +4,8 @@ Each mode starts its own stack (router, prefill, kvstore, decode) with prompts p
 ``--chunk-tokens``, then sends the same distinct random prompts one at a time (no queueing, no prefix reuse) and
 reads, per request: TTFT at the client, the gap from the first token to the second at the client (prefill's end to
 decode's first token: the router's hand-over, decode's KV fetch and one decode step), and the two hand-off
-figures the stack reports (prefill's KV store time left after its last chunk, decode's KV fetch time).
+figures the stack reports (prefill's KV store time left after its last chunk, decode's KV fetch time). Their sum,
+store plus gap, is the time from the end of prefill's compute to the second token.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ class HandoffRow:
     first_gap_ms: float  # first token to second token, at the client
     kv_store_ms: float  # prefill's store time after its last chunk (inside TTFT)
     kv_fetch_ms: float  # decode's fetch (inside the first gap)
+
+    @property
+    def prefill_end_to_second_ms(self) -> float:
+        """From the end of prefill's last step to the second token: the store left after it, then the first gap."""
+        return self.kv_store_ms + self.first_gap_ms
 
 
 def _one(client: PdserveClient, prompt: list[int], output_len: int) -> tuple[float, float, float, float]:
@@ -74,8 +80,9 @@ def stack_vocab(model: str | None) -> int:
 def format_handoff(rows: list[HandoffRow], prompt_len: int, chunk_tokens: int) -> str:
     lines = [f"KV hand-off in the stack: {prompt_len}-token prompts prefilled in chunks of {chunk_tokens} tokens, "
              "one request at a time, means in ms",
-             f"{'mode':<16} {'requests':>8} {'TTFT':>8} {'1st->2nd token':>15} {'kv store':>9} {'kv fetch':>9}"]
+             f"{'mode':<16} {'requests':>8} {'TTFT':>8} {'kv store':>9} {'1st->2nd token':>15} {'kv fetch':>9} "
+             f"{'prefill end->2nd token':>23}"]
     for r in rows:
-        lines.append(f"{r.mode:<16} {r.requests:>8} {r.ttft_ms:>8.1f} {r.first_gap_ms:>15.1f} {r.kv_store_ms:>9.1f} "
-                     f"{r.kv_fetch_ms:>9.1f}")
+        lines.append(f"{r.mode:<16} {r.requests:>8} {r.ttft_ms:>8.1f} {r.kv_store_ms:>9.1f} {r.first_gap_ms:>15.1f} "
+                     f"{r.kv_fetch_ms:>9.1f} {r.prefill_end_to_second_ms:>23.1f}")
     return "\n".join(lines)
