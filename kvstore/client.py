@@ -24,7 +24,7 @@ import grpc
 
 from common.server import channel
 from kvstore.memory import keep_freed_memory
-from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, WireBlock, chunks_of, decoder, serialize
+from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
 from kvstore import shm as shm_files
 from kvstore.store import block_views, checksum
 from protos import kvstore_pb2, kvstore_pb2_grpc
@@ -182,15 +182,13 @@ class KVStoreClient:
             return kvstore_pb2.PutChunk(header=header, lease_id=lease_id, lease_ttl_s=lease_ttl_s, shm_name=shm_name)
 
         def messages(positions: list[int]):
-            for n, i in enumerate(positions):
+            if lease_id:  # on a message of its own, so that each block's message is its header and bytes alone
+                yield kvstore_pb2.PutChunk(lease_id=lease_id, lease_ttl_s=lease_ttl_s)
+            for i in positions:
                 b = blocks[i]
-                encoded = WireBlock.from_bytes(b.data)  # the one copy; the checksum then reads it from cache
-                header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(encoded),
-                                                 crc32=checksum(encoded))
-                parts = chunks_of(header, encoded, kvstore_pb2.PutChunk)
-                next(parts)
-                yield first_message(header) if n == 0 else kvstore_pb2.PutChunk(header=header)
-                yield from parts
+                header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
+                                                 crc32=checksum(b.data))
+                yield from chunks_of(header, b.data, kvstore_pb2.PutChunk)  # the one copy
 
         async def put_shm(shard: int, positions: list[int]) -> int:
             with self._shm_pool.lend() as file:
@@ -268,6 +266,9 @@ class KVStoreClient:
                     if chunk.header.nbytes > MAX_BLOCK_BYTES:
                         raise KVIntegrityError(f"block {chunk.header.key}: {chunk.header.nbytes} bytes is too big")
                     header, block = chunk.header, BlockAssembler(chunk.header.nbytes)
+                    if (isinstance(chunk, InlineBlock) or header.data) and not block.add(
+                            chunk if isinstance(chunk, InlineBlock) else header):
+                        raise KVIntegrityError(f"block {header.key}: more bytes than its declared size")
                 elif header is None or not block.add(chunk):
                     raise KVIntegrityError("kvstore sent data outside a block's declared size")
             if header is not None:

@@ -18,7 +18,7 @@ from common.status import abort_code, abort_exhausted
 from common.config import FlagParser, service_parser
 from common.tls import configure_from_args
 from kvstore.memory import keep_freed_memory
-from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, chunks_of, decoder, serialize
+from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
 from kvstore import shm
 from kvstore.store import (DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, MAX_WAIT_S, Block, BlockStore, ChecksumMismatch, StoreFull,
                            UnknownBlock, block_views)
@@ -142,6 +142,10 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                     await self._check_header(h, context)
                     if shm_fd is None:
                         header, block = h, BlockAssembler(h.nbytes)
+                        if (isinstance(chunk, InlineBlock) or h.data) and not block.add(
+                                chunk if isinstance(chunk, InlineBlock) else h):
+                            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
+                                             f"header.data: block {h.key} exceeds its declared {h.nbytes} bytes")
                         continue
                     data = shm.read_block(shm_fd, h.shm_offset, h.nbytes)
                     if len(data) != h.nbytes:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/kvstore.proto\x12\npdserve.v1\"b\n\x0b\x42lockHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x0e\n\x06nbytes\x18\x03 \x01(\x04\x12\r\n\x05\x63rc32\x18\x04 \x01(\r\x12\x12\n\nshm_offset\x18\x05 \x01(\x04\"\x86\x01\n\x08PutChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x04 \x01(\x01\x12\x10\n\x08shm_name\x18\x05 \x01(\tB\x06\n\x04part\".\n\x08PutReply\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x12\n\nduplicates\x18\x02 \x01(\r\"N\n\nGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x10\n\x08shm_name\x18\x04 \x01(\t\"M\n\x08GetChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x1d\n\rLookupRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\"%\n\x0bLookupReply\x12\x16\n\x0epresent_prefix\x18\x01 \x01(\r\"E\n\x0e\x41\x63quireRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x03 \x01(\x01\"5\n\x0cLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x02 \x01(\x01\"\x1c\n\nLeaseReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\r\"\x0e\n\x0cStatsRequest\"\xb0\x01\n\nStatsReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x04\x12\x12\n\nbytes_used\x18\x02 \x01(\x04\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x15\n\rleased_blocks\x18\x04 \x01(\x04\x12\x0e\n\x06leases\x18\x05 \x01(\x04\x12\x11\n\tevictions\x18\x06 \x01(\x04\x12\x19\n\x11\x63hecksum_failures\x18\x07 \x01(\x04\x12\x11\n\tshm_bytes\x18\x08 \x01(\x04\"\x1d\n\x0e\x43orruptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\x0e\n\x0c\x43orruptReply2\xe7\x03\n\x07KVStore\x12\x33\n\x03Put\x12\x14.pdserve.v1.PutChunk\x1a\x14.pdserve.v1.PutReply(\x01\x12\x35\n\x03Get\x12\x16.pdserve.v1.GetRequest\x1a\x14.pdserve.v1.GetChunk0\x01\x12<\n\x06Lookup\x12\x19.pdserve.v1.LookupRequest\x1a\x17.pdserve.v1.LookupReply\x12>\n\x07\x41\x63quire\x12\x1a.pdserve.v1.AcquireRequest\x1a\x17.pdserve.v1.LookupReply\x12\x39\n\x05Renew\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12;\n\x07Release\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12\x39\n\x05Stats\x12\x18.pdserve.v1.StatsRequest\x1a\x16.pdserve.v1.StatsReply\x12?\n\x07\x43orrupt\x12\x1a.pdserve.v1.CorruptRequest\x1a\x18.pdserve.v1.CorruptReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/kvstore.proto\x12\npdserve.v1\"p\n\x0b\x42lockHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x0e\n\x06nbytes\x18\x03 \x01(\x04\x12\r\n\x05\x63rc32\x18\x04 \x01(\r\x12\x12\n\nshm_offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"\x86\x01\n\x08PutChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x04 \x01(\x01\x12\x10\n\x08shm_name\x18\x05 \x01(\tB\x06\n\x04part\".\n\x08PutReply\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x12\n\nduplicates\x18\x02 \x01(\r\"N\n\nGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x10\n\x08shm_name\x18\x04 \x01(\t\"M\n\x08GetChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x1d\n\rLookupRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\"%\n\x0bLookupReply\x12\x16\n\x0epresent_prefix\x18\x01 \x01(\r\"E\n\x0e\x41\x63quireRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x03 \x01(\x01\"5\n\x0cLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x02 \x01(\x01\"\x1c\n\nLeaseReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\r\"\x0e\n\x0cStatsRequest\"\xb0\x01\n\nStatsReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x04\x12\x12\n\nbytes_used\x18\x02 \x01(\x04\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x15\n\rleased_blocks\x18\x04 \x01(\x04\x12\x0e\n\x06leases\x18\x05 \x01(\x04\x12\x11\n\tevictions\x18\x06 \x01(\x04\x12\x19\n\x11\x63hecksum_failures\x18\x07 \x01(\x04\x12\x11\n\tshm_bytes\x18\x08 \x01(\x04\"\x1d\n\x0e\x43orruptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\x0e\n\x0c\x43orruptReply2\xe7\x03\n\x07KVStore\x12\x33\n\x03Put\x12\x14.pdserve.v1.PutChunk\x1a\x14.pdserve.v1.PutReply(\x01\x12\x35\n\x03Get\x12\x16.pdserve.v1.GetRequest\x1a\x14.pdserve.v1.GetChunk0\x01\x12<\n\x06Lookup\x12\x19.pdserve.v1.LookupRequest\x1a\x17.pdserve.v1.LookupReply\x12>\n\x07\x41\x63quire\x12\x1a.pdserve.v1.AcquireRequest\x1a\x17.pdserve.v1.LookupReply\x12\x39\n\x05Renew\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12;\n\x07Release\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12\x39\n\x05Stats\x12\x18.pdserve.v1.StatsRequest\x1a\x16.pdserve.v1.StatsReply\x12?\n\x07\x43orrupt\x12\x1a.pdserve.v1.CorruptRequest\x1a\x18.pdserve.v1.CorruptReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,33 +32,33 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.kvstore_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_BLOCKHEADER']._serialized_start=36
-  _globals['_BLOCKHEADER']._serialized_end=134
-  _globals['_PUTCHUNK']._serialized_start=137
-  _globals['_PUTCHUNK']._serialized_end=271
-  _globals['_PUTREPLY']._serialized_start=273
-  _globals['_PUTREPLY']._serialized_end=319
-  _globals['_GETREQUEST']._serialized_start=321
-  _globals['_GETREQUEST']._serialized_end=399
-  _globals['_GETCHUNK']._serialized_start=401
-  _globals['_GETCHUNK']._serialized_end=478
-  _globals['_LOOKUPREQUEST']._serialized_start=480
-  _globals['_LOOKUPREQUEST']._serialized_end=509
-  _globals['_LOOKUPREPLY']._serialized_start=511
-  _globals['_LOOKUPREPLY']._serialized_end=548
-  _globals['_ACQUIREREQUEST']._serialized_start=550
-  _globals['_ACQUIREREQUEST']._serialized_end=619
-  _globals['_LEASEREQUEST']._serialized_start=621
-  _globals['_LEASEREQUEST']._serialized_end=674
-  _globals['_LEASEREPLY']._serialized_start=676
-  _globals['_LEASEREPLY']._serialized_end=704
-  _globals['_STATSREQUEST']._serialized_start=706
-  _globals['_STATSREQUEST']._serialized_end=720
-  _globals['_STATSREPLY']._serialized_start=723
-  _globals['_STATSREPLY']._serialized_end=899
-  _globals['_CORRUPTREQUEST']._serialized_start=901
-  _globals['_CORRUPTREQUEST']._serialized_end=930
-  _globals['_CORRUPTREPLY']._serialized_start=932
-  _globals['_CORRUPTREPLY']._serialized_end=946
-  _globals['_KVSTORE']._serialized_start=949
-  _globals['_KVSTORE']._serialized_end=1436
+  _globals['_BLOCKHEADER']._serialized_end=148
+  _globals['_PUTCHUNK']._serialized_start=151
+  _globals['_PUTCHUNK']._serialized_end=285
+  _globals['_PUTREPLY']._serialized_start=287
+  _globals['_PUTREPLY']._serialized_end=333
+  _globals['_GETREQUEST']._serialized_start=335
+  _globals['_GETREQUEST']._serialized_end=413
+  _globals['_GETCHUNK']._serialized_start=415
+  _globals['_GETCHUNK']._serialized_end=492
+  _globals['_LOOKUPREQUEST']._serialized_start=494
+  _globals['_LOOKUPREQUEST']._serialized_end=523
+  _globals['_LOOKUPREPLY']._serialized_start=525
+  _globals['_LOOKUPREPLY']._serialized_end=562
+  _globals['_ACQUIREREQUEST']._serialized_start=564
+  _globals['_ACQUIREREQUEST']._serialized_end=633
+  _globals['_LEASEREQUEST']._serialized_start=635
+  _globals['_LEASEREQUEST']._serialized_end=688
+  _globals['_LEASEREPLY']._serialized_start=690
+  _globals['_LEASEREPLY']._serialized_end=718
+  _globals['_STATSREQUEST']._serialized_start=720
+  _globals['_STATSREQUEST']._serialized_end=734
+  _globals['_STATSREPLY']._serialized_start=737
+  _globals['_STATSREPLY']._serialized_end=913
+  _globals['_CORRUPTREQUEST']._serialized_start=915
+  _globals['_CORRUPTREQUEST']._serialized_end=944
+  _globals['_CORRUPTREPLY']._serialized_start=946
+  _globals['_CORRUPTREPLY']._serialized_end=960
+  _globals['_KVSTORE']._serialized_start=963
+  _globals['_KVSTORE']._serialized_end=1450
 # @@protoc_insertion_point(module_scope)
