@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
+from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from dataclasses import dataclass
 
-from engine.kv_cache import KVSlab, SequenceKV
+from pdserve.engine.kv_cache import KVSlab, SequenceKV
 
 F32 = np.float32
 QUERY_BLOCK = 256  # queries per block of causal attention

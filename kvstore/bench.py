@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass
 import grpc
 import numpy as np
 
-from client.launcher import free_port
-from common.server import CHANNEL_OPTIONS, serve
-from kvstore.client import BlockData, KVStoreClient
-from kvstore.memory import keep_freed_memory
-from kvstore.wire import CHUNK_BYTES
+from pdserve.client.launcher import free_port
+from pdserve.common.server import CHANNEL_OPTIONS, serve
+from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.memory import keep_freed_memory
+from pdserve.kvstore.wire import CHUNK_BYTES
 
 SINK_SERVICE = "pdserve.bench.Sink"
 # the real model's block: SmolLM2-135M (30 layers, 3 KV heads, head_dim 64), 16 tokens, K and V, float32
@@ -217,9 +217,9 @@ def run_kv_bench(total_mb: float, block_bytes: int, streams: tuple[int, ...], re
     # round, which its Gets read), and the freed memory is reused.
     capacity_mb = 1.5 * max(streams) * max(total_bytes, block_bytes) / (1 << 20) + 16
     kv_port, sink_port = free_port(), free_port()
-    procs = [_start(["-m", "kvstore", "--port", str(kv_port), "--capacity-mb", f"{capacity_mb:.0f}",
+    procs = [_start(["-m", "pdserve.kvstore", "--port", str(kv_port), "--capacity-mb", f"{capacity_mb:.0f}",
                      "--log-level", "WARNING"]),
-             _start(["-m", "kvstore.bench", "--sink-port", str(sink_port)])]
+             _start(["-m", "pdserve.kvstore.bench", "--sink-port", str(sink_port)])]
     targets = [f"127.0.0.1:{kv_port}", f"127.0.0.1:{sink_port}"]
 
     async def main() -> list[KVBenchRow]:
@@ -277,7 +277,7 @@ def cmd_bench_kv(a: argparse.Namespace) -> int:
         print("pdserve bench-kv: --repeat must be >= 1", file=sys.stderr)
         return 2
     if a.handoff:
-        from kvstore.bench_handoff import MODES, format_handoff, run_handoff_bench
+        from pdserve.kvstore.bench_handoff import MODES, format_handoff, run_handoff_bench
 
         modes = [m.strip() for m in a.modes.split(",") if m.strip()]
         unknown = [m for m in modes if m not in MODES]

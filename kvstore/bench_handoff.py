@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from client.client import PdserveClient
-from client.launcher import Stack, StackSpec
+from pdserve.client.client import PdserveClient
+from pdserve.client.launcher import Stack, StackSpec
 
 MODES: dict[str, dict[str, list[str]]] = {
     "store at end": {"prefill": ["--kv-put-at-end"]},
@@ -71,8 +71,8 @@ def run_handoff_bench(model: str | None, prompt_len: int, requests: int, chunk_t
 
 
 def stack_vocab(model: str | None) -> int:
-    from engine.gguf_model import read_metadata
-    from engine.default_model import resolve_model_path
+    from pdserve.engine.gguf_model import read_metadata
+    from pdserve.engine.default_model import resolve_model_path
 
     return read_metadata(resolve_model_path(model))[1].vocab_size
 

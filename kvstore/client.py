@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import grpc
 
-from common.server import channel
-from kvstore.memory import keep_freed_memory
-from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
-from kvstore import shm as shm_files
-from kvstore.store import block_views, checksum
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.common.server import channel
+from pdserve.kvstore.memory import keep_freed_memory
+from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
+from pdserve.kvstore import shm as shm_files
+from pdserve.kvstore.store import block_views, checksum
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore.client")
 

@@ -11,18 +11,18 @@ import os
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.metrics import RPC_BUCKETS, set_process_info
+from pdserve.common.metrics import RPC_BUCKETS, set_process_info
 
-from common.server import serve, setup_logging
-from common.status import abort_code, abort_exhausted
-from common.config import FlagParser, service_parser
-from common.tls import configure_from_args
-from kvstore.memory import keep_freed_memory
-from kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
-from kvstore import shm
-from kvstore.store import (DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, MAX_WAIT_S, Block, BlockStore, ChecksumMismatch, StoreFull,
+from pdserve.common.server import serve, setup_logging
+from pdserve.common.status import abort_code, abort_exhausted
+from pdserve.common.config import FlagParser, service_parser
+from pdserve.common.tls import configure_from_args
+from pdserve.kvstore.memory import keep_freed_memory
+from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
+from pdserve.kvstore import shm
+from pdserve.kvstore.store import (DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, MAX_WAIT_S, Block, BlockStore, ChecksumMismatch, StoreFull,
                            UnknownBlock, block_views)
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from kvstore.store import checksum
-from protos import kvstore_pb2
+from pdserve.kvstore.store import checksum
+from pdserve.v1 import kvstore_pb2
 
 CHUNK_BYTES = 1 << 20  # 1 MiB, far below gRPC's 4 MiB default
 MAX_BLOCK_BYTES = 512 << 20  # a block larger than this is refused by the store and by a client reading one

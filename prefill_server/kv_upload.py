@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from engine.kv_cache import tail_block_key
-from engine.sequence import Sequence
-from kvstore.client import BlockData, KVStoreClient
-from prefill_server.prefix_cache import LocalPrefixCache
+from pdserve.engine.kv_cache import tail_block_key
+from pdserve.engine.sequence import Sequence
+from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 
 
 class BlockUploader:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from engine.kv_cache import KVSlab, SequenceKV, block_keys, block_nbytes
-from engine.params import SamplingParams
+from pdserve.engine.kv_cache import KVSlab, SequenceKV, block_keys, block_nbytes
+from pdserve.engine.params import SamplingParams
 
 
 def recompute_logits(model, ids):
@@ -129,7 +129,7 @@ def test_block_keys_are_chained_and_stable():
                                                    ("Q5_1", 0.15), ("Q4_1", 0.4), ("Q4_0", 0.3)])
 def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolerance):
     """Every supported tensor type dequantizes to weights whose logits stay near the F32 original."""
-    from engine.runtime import Runtime
+    from pdserve.engine.runtime import Runtime
     from tests.tiny_model import write_tiny_model
 
     reference_rt = Runtime.load(write_tiny_model(tmp_path / "f32.gguf"))
@@ -144,7 +144,7 @@ def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolera
 def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime):
     """Prefill attention in query blocks (with a cached prefix, and more queries than one block) equals plain
     causal softmax attention computed in float64, up to float32 summation order."""
-    from engine.model import QUERY_BLOCK
+    from pdserve.engine.model import QUERY_BLOCK
 
     model = tiny_runtime.model
     c = model.config

@@ -6,13 +6,13 @@ import asyncio
 import grpc
 import pytest
 
-from client.client import AsyncPdserveClient
-from engine.kv_cache import block_keys
-from engine.params import SamplingParams
-from kvstore.client import BlockData, KVStoreClient
-from prefill_server.kv_upload import BlockUploader
-from prefill_server.prefix_cache import LocalPrefixCache
-from protos import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from pdserve.client.client import AsyncPdserveClient
+from pdserve.engine.kv_cache import block_keys
+from pdserve.engine.params import SamplingParams
+from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.prefill_server.kv_upload import BlockUploader
+from pdserve.prefill_server.prefix_cache import LocalPrefixCache
+from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import reference, scrape, wait_until
 

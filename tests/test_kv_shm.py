@@ -7,11 +7,11 @@ import zlib
 import grpc
 import pytest
 
-from client.client import AsyncPdserveClient
-from engine.params import SamplingParams
-from kvstore import shm
-from kvstore.client import BlockData, KVIntegrityError, KVStoreClient
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.client.client import AsyncPdserveClient
+from pdserve.engine.params import SamplingParams
+from pdserve.kvstore import shm
+from pdserve.kvstore.client import BlockData, KVIntegrityError, KVStoreClient
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import reference
 
@@ -84,7 +84,7 @@ def test_a_wrong_checksum_through_shared_memory_is_refused(shm_stack):
 
 
 def test_a_kvstore_without_shm_gets_the_socket(tiny_model_path):
-    from client.launcher import Stack, StackSpec
+    from pdserve.client.launcher import Stack, StackSpec
 
     stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1, kv_capacity_mb=16)).start(60)
     try:

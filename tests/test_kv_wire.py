@@ -6,11 +6,11 @@ import zlib
 
 import pytest
 
-from kvstore.client import BlockData, KVStoreClient
-from kvstore.store import BlockStore, checksum
-from kvstore.wire import (CHUNK_BYTES, BlockAssembler, DataPart, InlineBlock, WireBlock, chunks_of, decoder,
+from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.store import BlockStore, checksum
+from pdserve.kvstore.wire import (CHUNK_BYTES, BlockAssembler, DataPart, InlineBlock, WireBlock, chunks_of, decoder,
                           encode_block, encode_data)
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 16384, CHUNK_BYTES])
@@ -118,7 +118,7 @@ def test_generated_stub_and_fast_client_interoperate(tiny_kvstore):
 
 @pytest.fixture(scope="module")
 def tiny_kvstore():
-    from client.launcher import Stack, StackSpec
+    from pdserve.client.launcher import Stack, StackSpec
 
     stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=16))
     stack.start(60)
@@ -146,7 +146,7 @@ def test_blocks_reach_on_block_in_key_order_across_shards(tiny_kvstore):
 
 def test_bench_kv_prints_its_table(capsys):
     """At a tiny size: the table's shape and its figures' consistency, never their values."""
-    from client.cli import main
+    from pdserve.client.cli import main
 
     assert main(["bench-kv", "--total-mb", "0.25", "--block-kb", "64", "--streams", "1,2", "--repeat", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -161,7 +161,7 @@ def test_bench_kv_prints_its_table(capsys):
 
 
 def test_bench_kv_rejects_bad_flags(capsys):
-    from client.cli import main
+    from pdserve.client.cli import main
 
     assert main(["bench-kv", "--total-mb", "0"]) == 2
     assert "--total-mb" in capsys.readouterr().err
