@@ -385,8 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_chaos)
 
     from pdserve.sim.cli import register as register_sim  # pdserve simulate / plan
+    from pdserve.kvstore.bench import register as register_bench_kv  # pdserve bench-kv
 
     register_sim(sub)
+    register_bench_kv(sub)
     return parser
 
 

@@ -66,6 +66,7 @@ class Job:
     decode_modeled_s: float = 0.0  # modeled time of the decode steps (and recomputation) it was part of
     last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
     last_token_modeled_s: float = 0.0
+    on_prefill_chunk: Callable[[], object] | None = None  # after each prompt chunk's step (e.g. store its KV blocks)
 
     @property
     def queue_wall_s(self) -> float:
@@ -190,6 +191,10 @@ class Worker:
             step.prefills = []
             return [], time.perf_counter()
         modeled, results = done
+        for seq, _ in chunks:  # before any pacing sleep: the KV of these chunks can move now
+            job = self._jobs.get(id(seq))
+            if job is not None and job.on_prefill_chunk is not None:
+                job.on_prefill_chunk()
         timing = await self.clock.finish_step("prefill", started, modeled, sum(n for _, n in chunks))
         for (seq, _), is_fresh in zip(chunks, fresh):
             job = self._jobs.get(id(seq))
@@ -258,6 +263,9 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
     parser = service_parser(name, default_port)
     add_model_flags(parser)
     parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
+    parser.add_argument("--kv-shm", action="store_true",
+                        help="move KV blocks through /dev/shm with kvstores on this host that allow it (--kv-shm "
+                             "there too); others get the socket")
     parser.add_argument("--max-num-batched-tokens", type=int, default=SCHEDULER_DEFAULTS.max_num_batched_tokens,
                         help="prompt (or recomputed) tokens in one step; longer prompts run in chunks")
     parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER_DEFAULTS.max_num_seqs,
@@ -289,7 +297,7 @@ async def run_worker(name: str, args, worker: Worker,
                      register: Callable[[grpc.aio.Server, KVStoreClient | None], Iterable[str]]) -> None:
     """Serve a worker until SIGTERM: its loop runs beside the gRPC server; the kvstore client closes at the end."""
     targets = split_targets(args.kvstore)
-    kv = KVStoreClient(targets) if targets else None
+    kv = KVStoreClient(targets, shm=args.kv_shm) if targets else None
     config = worker.runtime.config
     set_process_info(name, args, worker.served_name, config.fingerprint)
     loop_task = asyncio.create_task(worker.run(), name=f"{name}-steps")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 
 import grpc
@@ -21,6 +22,7 @@ from pdserve.engine.scheduler import Role
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.stop import FinishReason
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
+from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.perfmodel.deployment import deployment_from_args, kv_capacity_tokens
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
 
@@ -83,6 +85,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise InvalidParameter("kv.block_tokens", f"{kv.block_tokens}; this worker uses {rt.block_tokens}")
         if kv.model_fingerprint != rt.config.fingerprint:
             raise InvalidParameter("kv.model_fingerprint", "the KV was computed by a different model")
+        if not math.isfinite(kv.wait_s) or not 0 <= kv.wait_s <= MAX_WAIT_S:
+            raise InvalidParameter("kv.wait_s", f"must be in [0, {MAX_WAIT_S:g}], got {kv.wait_s}")
         if self.kv is None:
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
         return prompt, params
@@ -91,9 +95,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         """Import the request's blocks; returns (wall seconds, modeled transfer seconds)."""
         start = time.perf_counter()
         async with self.kv.keep_lease(handle.lease_id, handle.lease_ttl_s):  # a slow fetch never loses the KV to expiry
-            blocks = await self.kv.get(list(handle.block_keys))
-            for block in blocks:
-                seq.kv.append_block(block.data, block.token_count)
+            # each block is imported as it arrives, while the rest is on the wire; with wait_s, blocks prefill is
+            # still storing stream in as they are stored
+            await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
+                              on_block=lambda block: seq.kv.append_block(block.data, block.token_count))
             if seq.kv.length != handle.token_count:
                 raise KVIntegrityError(f"blocks hold {seq.kv.length} tokens, the handle says {handle.token_count}")
             modeled = await self.worker.clock.pace_transfer(handle.token_count, self.kv_link,

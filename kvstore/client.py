@@ -17,14 +17,16 @@ import hashlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import grpc
 
 from pdserve.common.server import channel
-from pdserve.kvstore.wire import chunks_of
-from pdserve.kvstore.store import checksum
+from pdserve.kvstore.memory import keep_freed_memory
+from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
+from pdserve.kvstore import shm as shm_files
+from pdserve.kvstore.store import block_views, checksum
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
@@ -42,7 +44,11 @@ class KVIntegrityError(Exception):
 class BlockData:
     key: str
     token_count: int
-    data: bytes
+    data: bytes | bytearray | memoryview  # fetched: a view of the message that carried it when one did
+
+
+def _method(name: str) -> str:
+    return f"/{kvstore_pb2.DESCRIPTOR.services_by_name['KVStore'].full_name}/{name}"
 
 
 def rendezvous_ranking(key: str, shards: list[str]) -> list[int]:
@@ -62,16 +68,27 @@ def _unavailable(result: object) -> bool:
 
 
 class KVStoreClient:
-    def __init__(self, targets: list[str]) -> None:
+    def __init__(self, targets: list[str], shm: bool = False) -> None:
+        """``shm``: move block bytes through /dev/shm where a shard allows it (same host, kvstore run with --kv-shm);
+        a shard that refuses gets the socket."""
         if not targets:
             raise ValueError("kvstore: at least one address is needed")
         self.targets = list(targets)
+        self.shm = [shm and shm_files.available()] * len(self.targets)
+        self._shm_pool = shm_files.ShmPool()
+        keep_freed_memory()  # received and sent KV buffers are reused, not faulted in again
         self.channels = [channel(t) for t in self.targets]
         self.stubs = [kvstore_pb2_grpc.KVStoreStub(c) for c in self.channels]
+        # Put and Get move data messages without the protobuf runtime (kvstore.wire)
+        self._puts = [c.stream_unary(_method("Put"), request_serializer=serialize,
+                                     response_deserializer=kvstore_pb2.PutReply.FromString) for c in self.channels]
+        self._gets = [c.unary_stream(_method("Get"), request_serializer=kvstore_pb2.GetRequest.SerializeToString,
+                                     response_deserializer=decoder(kvstore_pb2.GetChunk)) for c in self.channels]
         self.down_until = [0.0] * len(self.targets)
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self.channels))
+        self._shm_pool.close()
 
     def _mark_down(self, shard: int) -> None:
         if time.monotonic() >= self.down_until[shard]:
@@ -162,59 +179,126 @@ class KVStoreClient:
         """Store blocks (leased when lease_id is set). Returns how many were new.
 
         Blocks whose shard is unavailable go to each key's next-ranked shard."""
-        async def put_shard(shard: int, positions: list[int]) -> int:
-            def messages():
-                first = True
+        def first_message(header: kvstore_pb2.BlockHeader, shm_name: str = "") -> kvstore_pb2.PutChunk:
+            return kvstore_pb2.PutChunk(header=header, lease_id=lease_id, lease_ttl_s=lease_ttl_s, shm_name=shm_name)
+
+        def messages(positions: list[int]):
+            if lease_id:  # on a message of its own, so that each block's message is its header and bytes alone
+                yield kvstore_pb2.PutChunk(lease_id=lease_id, lease_ttl_s=lease_ttl_s)
+            for i in positions:
+                b = blocks[i]
+                header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
+                                                 crc32=checksum(b.data))
+                yield from chunks_of(header, b.data, kvstore_pb2.PutChunk)  # the one copy
+
+        async def put_shm(shard: int, positions: list[int]) -> int:
+            with self._shm_pool.lend() as file:
+                headers, offset = [], 0
                 for i in positions:
                     b = blocks[i]
-                    header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
-                                                     crc32=checksum(b.data))
-                    for msg in chunks_of(header, b.data, kvstore_pb2.PutChunk):
-                        if first:
-                            msg.lease_id, msg.lease_ttl_s, first = lease_id, lease_ttl_s, False
-                        yield msg
-            reply = await self.stubs[shard].Put(messages(), timeout=timeout)
-            return reply.stored
+                    shm_files.write_block(file.fd, offset, block_views(b.data))  # the one copy
+                    headers.append(kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
+                                                           crc32=checksum(b.data), shm_offset=offset))
+                    offset += len(b.data)
+                chunks = [first_message(headers[0], file.name)] + [kvstore_pb2.PutChunk(header=h)
+                                                                   for h in headers[1:]]
+                return (await self._puts[shard](iter(chunks), timeout=timeout)).stored
 
         stored = 0
 
         async def put_group(shard: int, positions: list[int]) -> None:
             nonlocal stored
-            stored += await put_shard(shard, positions)
+            if self.shm[shard]:
+                try:
+                    stored += await put_shm(shard, positions)
+                    return
+                except grpc.aio.AioRpcError as err:
+                    if not self._shm_refused(shard, err):
+                        raise
+            stored += (await self._puts[shard](messages(positions), timeout=timeout)).stored
 
         await self._with_failover([b.key for b in blocks], put_group, (grpc.StatusCode.UNAVAILABLE,))
         return stored
 
-    async def get(self, keys: list[str], timeout: float | None = None) -> list[BlockData]:
+    def _shm_refused(self, shard: int, err: grpc.aio.AioRpcError) -> bool:
+        """A shard that cannot use shared memory (another host, or run without --kv-shm) gets the socket from now on;
+        True if that was the error."""
+        if err.code() != grpc.StatusCode.FAILED_PRECONDITION or "shm" not in (err.details() or ""):
+            return False
+        log.warning("kvstore %s: no shared memory (%s); using the socket", self.targets[shard], err.details())
+        self.shm[shard] = False
+        return True
+
+    async def get(self, keys: list[str], timeout: float | None = None, wait_s: float = 0.0,
+                  lease_id: str = "", on_block: Callable[[BlockData], object] | None = None) -> list[BlockData]:
         """Fetch blocks in the given order, each checked against its checksum on arrival. A block missing from its
-        shard (or a shard down) is looked for on the key's next-ranked shards."""
+        shard (or a shard down) is looked for on the key's next-ranked shards.
+
+        ``wait_s``: blocks not stored yet are waited for, at most this long each shard, and streamed as they come;
+        ``lease_id``: the writer's lease, whose release ends the wait (ABORTED) instead of the deadline;
+        ``on_block``: called with each block, in key order, as soon as it and every block before it have arrived
+        (e.g. to import it while the rest is still on the wire)."""
         out: list[BlockData | None] = [None] * len(keys)
+        delivered = 0
+
+        def arrived(i: int, block: BlockData) -> None:
+            nonlocal delivered
+            out[i] = block
+            while on_block is not None and delivered < len(out) and out[delivered] is not None:
+                on_block(out[delivered])
+                delivered += 1
+
+        def request(positions: list[int], shm_name: str = "") -> kvstore_pb2.GetRequest:
+            return kvstore_pb2.GetRequest(keys=[keys[i] for i in positions], wait_s=wait_s, lease_id=lease_id,
+                                          shm_name=shm_name)
+
+        def checked(header: kvstore_pb2.BlockHeader, crc32: int, complete: bool, data) -> BlockData:
+            if not complete or crc32 != header.crc32:
+                raise KVIntegrityError(f"block {header.key} arrived corrupted")
+            return BlockData(header.key, header.token_count, data)
+
+        async def get_socket(shard: int, positions: list[int]) -> None:
+            it = iter(positions)
+            header, block = None, None
+            async for chunk in self._gets[shard](request(positions), timeout=timeout):
+                if chunk.HasField("header"):
+                    if header is not None:
+                        arrived(next(it), checked(header, block.crc32, block.complete, block.block().contiguous()))
+                    if chunk.header.nbytes > MAX_BLOCK_BYTES:
+                        raise KVIntegrityError(f"block {chunk.header.key}: {chunk.header.nbytes} bytes is too big")
+                    header, block = chunk.header, BlockAssembler(chunk.header.nbytes)
+                    if (isinstance(chunk, InlineBlock) or header.data) and not block.add(
+                            chunk if isinstance(chunk, InlineBlock) else header):
+                        raise KVIntegrityError(f"block {header.key}: more bytes than its declared size")
+                elif header is None or not block.add(chunk):
+                    raise KVIntegrityError("kvstore sent data outside a block's declared size")
+            if header is not None:
+                arrived(next(it), checked(header, block.crc32, block.complete, block.block().contiguous()))
+
+        async def get_shm(shard: int, positions: list[int]) -> None:
+            with self._shm_pool.lend() as file:
+                headers = []
+                async for chunk in self._gets[shard](request(positions, file.name), timeout=timeout):
+                    if not chunk.HasField("header"):
+                        raise KVIntegrityError("kvstore sent data on a shared-memory Get")
+                    headers.append(chunk.header)
+                for i, h in zip(positions, headers):
+                    data = shm_files.read_block(file.fd, h.shm_offset, h.nbytes)  # a copy: the file is reused
+                    arrived(i, checked(h, checksum(data), len(data) == h.nbytes, data))
 
         async def get_shard(shard: int, positions: list[int]) -> None:
-            call = self.stubs[shard].Get(kvstore_pb2.GetRequest(keys=[keys[i] for i in positions]), timeout=timeout)
-            it = iter(positions)
-            header, parts = None, []
-
-            def finish() -> None:
-                data = b"".join(parts)
-                if len(data) != header.nbytes or checksum(data) != header.crc32:
-                    raise KVIntegrityError(f"block {header.key} arrived corrupted")
-                out[next(it)] = BlockData(header.key, header.token_count, data)
-
             try:
-                async for chunk in call:
-                    if chunk.HasField("header"):
-                        if header is not None:
-                            finish()
-                        header, parts = chunk.header, []
-                    else:
-                        parts.append(chunk.data)
+                if self.shm[shard]:
+                    try:
+                        return await get_shm(shard, positions)
+                    except grpc.aio.AioRpcError as err:
+                        if not self._shm_refused(shard, err):
+                            raise
+                await get_socket(shard, positions)
             except grpc.aio.AioRpcError as err:
                 if err.code() == grpc.StatusCode.DATA_LOSS:
                     raise KVIntegrityError(err.details()) from err
                 raise
-            if header is not None:
-                finish()
 
         await self._with_failover(keys, get_shard, (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND))
         if any(b is None for b in out):

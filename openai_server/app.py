@@ -25,7 +25,7 @@ from pdserve.client.client import AsyncPdserveClient
 from pdserve.common.metrics import WALL_REQUEST_BUCKETS
 from pdserve.openai_server.errors import ApiError, error_response, from_grpc
 from pdserve.openai_server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, SamplingFields,
-                                    TokenizeRequest, chat_messages, parse)
+                                            TokenizeRequest, chat_messages, parse)
 from pdserve.openai_server.responses import Shaper
 
 log = logging.getLogger("pdserve.openai")

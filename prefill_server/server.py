@@ -15,12 +15,13 @@ from pdserve.common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUES
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
 from pdserve.common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
-from pdserve.engine.kv_cache import block_keys, tail_block_key
+from pdserve.engine.kv_cache import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
 from pdserve.engine.sequence import Sequence
-from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, BlockData, KVIntegrityError, KVStoreClient
+from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVIntegrityError, KVStoreClient
 from pdserve.kvstore.store import MAX_LEASE_TTL_S
+from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
 
@@ -41,8 +42,10 @@ WAITING_TOKENS = Gauge("pdserve_prefill_num_tokens_waiting", "Prompt tokens stil
 
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient, local_cache: LocalPrefixCache) -> None:
+    def __init__(self, worker: Worker, kv: KVStoreClient, local_cache: LocalPrefixCache,
+                 store_each_chunk: bool = True) -> None:
         self.worker = worker
+        self.store_each_chunk = store_each_chunk
         self.runtime = worker.runtime
         self.kv = kv
         self.cache = local_cache
@@ -90,34 +93,42 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         # never shares KV state (lease, tail block) with another request
         lease_id = lease_id or f"{request_id}:{uuid.uuid4().hex[:16]}"
         job: Job | None = None
+        uploader: BlockUploader | None = None
         try:
             io_start = time.perf_counter()
             stored_prefix, reused = await self._reuse_prefix(seq, keys, lease_id, ttl)
             io_s = time.perf_counter() - io_start
+            uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease_id, ttl)
             job = self.worker.submit(seq)
+            if self.store_each_chunk:  # blocks move while later chunks compute
+                job.on_prefill_chunk = uploader.chunk_done
             event = await job.events.get()
             if isinstance(event, BaseException):
                 raise event
             token_ids, first = event
             io_start = time.perf_counter()
-            handle = await self._store_blocks(seq, keys, stored_prefix, lease_id, ttl)
+            handle = self._handle(await uploader.finish(), len(ids), lease_id, ttl)
             io_s += time.perf_counter() - io_start
         except asyncio.CancelledError:
             if job is not None:
                 self.worker.cancel(job)
+            self._give_up(uploader)
             asyncio.ensure_future(self.kv.release_quietly(lease_id))
             REQUESTS.labels("cancelled").inc()
             raise
         except KVIntegrityError as exc:
+            self._give_up(uploader)
             await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
         except grpc.aio.AioRpcError as exc:
+            self._give_up(uploader)
             await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             code = exc.code() if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.UNAVAILABLE
             await abort_code(context, code, f"kvstore: {exc.details()}")
         except Exception as exc:  # the model step failed
+            self._give_up(uploader)
             await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {exc}")
@@ -152,29 +163,23 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             self.cache.add(block.key, block.data)
         return stored, reuse
 
-    async def _store_blocks(self, seq: Sequence, keys: list[str], stored_prefix: int, lease_id: str,
-                            ttl: float) -> common_pb2.KVHandle:
-        """Put the blocks the kvstore lacks (and the request's partial tail block), leased for decode."""
-        bt, n = self.runtime.block_tokens, len(seq.prompt_ids)
-        handle_keys = list(keys)
-        blocks = []
-        for i in range(stored_prefix, len(keys)):
-            data = seq.kv.export_block(i)
-            blocks.append(BlockData(keys[i], bt, data))
-            self.cache.add(keys[i], data)
-        if n % bt:
-            tail = tail_block_key(lease_id, n)
-            handle_keys.append(tail)
-            blocks.append(BlockData(tail, n % bt, seq.kv.export_block(len(keys))))
-        if blocks:
-            await self.kv.put(blocks, lease_id, ttl)
-        return common_pb2.KVHandle(block_keys=handle_keys, token_count=n, block_tokens=bt, lease_id=lease_id,
-                                   lease_ttl_s=ttl, model_fingerprint=self.fingerprint)
+    @staticmethod
+    def _give_up(uploader: BlockUploader | None) -> None:
+        """Stop the request's Puts in flight; the lease released next frees whatever they stored."""
+        if uploader is not None:
+            uploader.cancel()
+
+    def _handle(self, keys: list[str], token_count: int, lease_id: str, ttl: float) -> common_pb2.KVHandle:
+        return common_pb2.KVHandle(block_keys=keys, token_count=token_count, block_tokens=self.runtime.block_tokens,
+                                   lease_id=lease_id, lease_ttl_s=ttl, model_fingerprint=self.fingerprint)
 
 
 def build_parser():
     parser = worker_parser("prefill_server", 50061, max_queue=256)
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
+    parser.add_argument("--kv-put-at-end", action="store_true",
+                        help="store a prompt's KV blocks once the whole prompt is prefilled, instead of as each "
+                             "prompt chunk completes them (the older hand-off, for comparisons)")
     return parser
 
 
@@ -187,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
         if kv is None:
             parser.error("--kvstore: a prefill worker needs a kvstore")
-        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache), server)
+        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache, not args.kv_put_at_end), server)
         return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
 
     asyncio.run(run_worker("prefill", args, worker, register))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pdserve.perfmodel.deployment import (Deployment, check_deployment, check_scenario, deployment_from_args,
-                                  kv_capacity_tokens)
+                                          kv_capacity_tokens)
 from pdserve.perfmodel.fit import PLAN, fit
 from pdserve.perfmodel.hardware import gpu
 from pdserve.perfmodel.memory import memory_fit

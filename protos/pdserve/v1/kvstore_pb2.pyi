@@ -7,28 +7,34 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class BlockHeader(_message.Message):
-    __slots__ = ("key", "token_count", "nbytes", "crc32")
+    __slots__ = ("key", "token_count", "nbytes", "crc32", "shm_offset", "data")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
     CRC32_FIELD_NUMBER: _ClassVar[int]
+    SHM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
     key: str
     token_count: int
     nbytes: int
     crc32: int
-    def __init__(self, key: _Optional[str] = ..., token_count: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ...) -> None: ...
+    shm_offset: int
+    data: bytes
+    def __init__(self, key: _Optional[str] = ..., token_count: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ..., shm_offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class PutChunk(_message.Message):
-    __slots__ = ("header", "data", "lease_id", "lease_ttl_s")
+    __slots__ = ("header", "data", "lease_id", "lease_ttl_s", "shm_name")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    SHM_NAME_FIELD_NUMBER: _ClassVar[int]
     header: BlockHeader
     data: bytes
     lease_id: str
     lease_ttl_s: float
-    def __init__(self, header: _Optional[_Union[BlockHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+    shm_name: str
+    def __init__(self, header: _Optional[_Union[BlockHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ..., shm_name: _Optional[str] = ...) -> None: ...
 
 class PutReply(_message.Message):
     __slots__ = ("stored", "duplicates")
@@ -39,10 +45,16 @@ class PutReply(_message.Message):
     def __init__(self, stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("keys",)
+    __slots__ = ("keys", "wait_s", "lease_id", "shm_name")
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    SHM_NAME_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    wait_s: float
+    lease_id: str
+    shm_name: str
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., wait_s: _Optional[float] = ..., lease_id: _Optional[str] = ..., shm_name: _Optional[str] = ...) -> None: ...
 
 class GetChunk(_message.Message):
     __slots__ = ("header", "data")
@@ -93,7 +105,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsReply(_message.Message):
-    __slots__ = ("blocks", "bytes_used", "capacity_bytes", "leased_blocks", "leases", "evictions", "checksum_failures")
+    __slots__ = ("blocks", "bytes_used", "capacity_bytes", "leased_blocks", "leases", "evictions", "checksum_failures", "shm_bytes")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     BYTES_USED_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +113,7 @@ class StatsReply(_message.Message):
     LEASES_FIELD_NUMBER: _ClassVar[int]
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    SHM_BYTES_FIELD_NUMBER: _ClassVar[int]
     blocks: int
     bytes_used: int
     capacity_bytes: int
@@ -108,4 +121,5 @@ class StatsReply(_message.Message):
     leases: int
     evictions: int
     checksum_failures: int
-    def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., leased_blocks: _Optional[int] = ..., leases: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ...) -> None: ...
+    shm_bytes: int
+    def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., leased_blocks: _Optional[int] = ..., leases: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ..., shm_bytes: _Optional[int] = ...) -> None: ...

@@ -77,7 +77,8 @@ class KVStoreServicer:
     """
 
     def Put(self, request_iterator, context):
-        """Stores blocks streamed as (header, data...) groups; idempotent per key.
+        """Stores blocks streamed as (header, data...) groups, a header carrying the bytes of a block that fits one
+        message; idempotent per key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,169 @@
+"""The KV hand-off's wire path: data messages that skip the protobuf runtime yet stay protobuf on the wire, blocks
+kept as the messages that carried them, and ``pdserve bench-kv``'s table."""
+
+import asyncio
+import zlib
+
+import pytest
+
+from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.store import BlockStore, checksum
+from pdserve.kvstore.wire import (CHUNK_BYTES, BlockAssembler, DataPart, InlineBlock, WireBlock, chunks_of, decoder,
+                                  encode_block, encode_data)
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 16384, CHUNK_BYTES])
+def test_encoded_data_is_what_protobuf_writes_and_reads(size):
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    raw = encode_data(memoryview(payload))
+    assert raw == kvstore_pb2.PutChunk(data=payload).SerializeToString()
+    assert raw == kvstore_pb2.GetChunk(data=payload).SerializeToString()
+    assert kvstore_pb2.GetChunk.FromString(raw).data == payload
+    if size:  # (an empty data message serializes to nothing at all)
+        part = decoder(kvstore_pb2.PutChunk)(raw)
+        assert isinstance(part, DataPart) and part.raw is raw  # a view of the received bytes, no copy
+        assert part.data == payload
+
+
+@pytest.mark.parametrize("size", [1, 300, CHUNK_BYTES])
+def test_a_block_in_its_header_is_what_protobuf_writes_and_reads(size):
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    header = kvstore_pb2.BlockHeader(key="k" * 64, token_count=16, nbytes=size, crc32=zlib.crc32(payload))
+    raw = encode_block(header, memoryview(payload))
+    with_data = kvstore_pb2.BlockHeader()
+    with_data.CopyFrom(header)
+    with_data.data = payload
+    assert raw == kvstore_pb2.GetChunk(header=with_data).SerializeToString()
+    assert kvstore_pb2.PutChunk.FromString(raw).header == with_data
+    part = decoder(kvstore_pb2.GetChunk)(raw)
+    assert isinstance(part, InlineBlock) and part.whole and part.HasField("header")
+    assert part.header == header and part.part.raw is raw and part.part.data == payload  # a view, no copy
+    block = BlockAssembler(size)
+    assert block.add(part) and block.complete and block.block().whole
+    assert list(chunks_of(header, block.block(), kvstore_pb2.GetChunk)) == [raw]  # sent back as it came
+    # with a lease after the header (a protobuf writer's first message): read the same, but not sent back as is
+    leased = kvstore_pb2.PutChunk(header=with_data, lease_id="L", lease_ttl_s=5).SerializeToString()
+    part = decoder(kvstore_pb2.PutChunk)(leased)
+    assert isinstance(part, InlineBlock) and not part.whole
+    assert part.lease_id == "L" and part.lease_ttl_s == 5 and part.header == header and part.part.data == payload
+
+
+def test_other_messages_go_through_protobuf():
+    decode = decoder(kvstore_pb2.PutChunk)
+    header = kvstore_pb2.PutChunk(header=kvstore_pb2.BlockHeader(key="k", nbytes=3), lease_id="L")
+    assert decode(header.SerializeToString()) == header
+    mixed = kvstore_pb2.PutChunk(data=b"abc", lease_id="L")  # data and another field: not the fast path
+    parsed = decode(mixed.SerializeToString())
+    assert not isinstance(parsed, DataPart) and parsed.data == b"abc" and parsed.lease_id == "L"
+    block = BlockAssembler(3)
+    assert block.add(parsed) and block.complete and block.block().tobytes() == b"abc"
+
+
+def test_wire_block_round_trip_checksum_and_overflow():
+    data = bytes(range(251)) * 9000  # > 2 chunks
+    wb = WireBlock.from_bytes(data)
+    assert len(wb.messages) == 3 and len(wb) == len(data) and wb.tobytes() == data
+    assert checksum(wb) == zlib.crc32(data) == checksum(data)
+    messages = list(chunks_of(kvstore_pb2.BlockHeader(key="k"), wb, kvstore_pb2.GetChunk))
+    assert messages[1:] == wb.messages  # the stored messages are sent as they are
+    block = BlockAssembler(len(data))
+    decode = decoder(kvstore_pb2.GetChunk)
+    for raw in messages[1:]:
+        assert block.add(decode(raw))
+    assert block.complete and block.crc32 == zlib.crc32(data) and block.block().tobytes() == data
+    assert not block.add(decode(encode_data(memoryview(b"x"))))  # past the declared size: refused, not taken
+
+
+def test_store_keeps_wire_blocks_and_catches_their_corruption():
+    store = BlockStore(1 << 20)
+    data = b"kv" * 1000
+    store.put("k", 4, WireBlock.from_bytes(data), zlib.crc32(data))
+    assert store.bytes_used == len(data)
+    assert store.get("k").data.tobytes() == data
+    store.corrupt("k")
+    with pytest.raises(Exception, match="checksum"):
+        store.get("k")
+    assert "k" not in store.blocks and store.bytes_used == 0
+
+
+def test_generated_stub_and_fast_client_interoperate(tiny_kvstore):
+    """A plain protobuf client (here with lease and data in one message, off the fast path) and the kvstore client
+    read each other's blocks."""
+    import grpc
+
+    tiny_kvstore = tiny_kvstore[0]
+
+    async def scenario():
+        data = bytes(range(200)) * 10_000  # two data messages
+        async with grpc.aio.insecure_channel(tiny_kvstore) as ch:
+            stub = kvstore_pb2_grpc.KVStoreStub(ch)
+            header = kvstore_pb2.BlockHeader(key="plain", token_count=16, nbytes=len(data), crc32=zlib.crc32(data))
+            reply = await stub.Put(iter([kvstore_pb2.PutChunk(header=header, lease_id="wire", lease_ttl_s=30),
+                                         kvstore_pb2.PutChunk(data=data[:CHUNK_BYTES], lease_id="x"),
+                                         kvstore_pb2.PutChunk(data=data[CHUNK_BYTES:])]))
+            assert reply.stored == 1
+            kv = KVStoreClient([tiny_kvstore])
+            try:
+                [got] = await kv.get(["plain"])
+                assert bytes(got.data) == data
+                await kv.put([BlockData("fast", 16, data)])
+            finally:
+                await kv.close()
+            chunks = [c async for c in stub.Get(kvstore_pb2.GetRequest(keys=["fast"]))]
+            assert chunks[0].header.nbytes == len(data) and b"".join(c.data for c in chunks[1:]) == data
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture(scope="module")
+def tiny_kvstore():
+    from pdserve.client.launcher import Stack, StackSpec
+
+    stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=16))
+    stack.start(60)
+    yield [p.target for p in stack.kvstores]
+    stack.stop()
+
+
+def test_blocks_reach_on_block_in_key_order_across_shards(tiny_kvstore):
+    blocks = [BlockData(f"order-{i}", 1, bytes([i]) * (1000 + i)) for i in range(12)]
+
+    async def scenario():
+        kv = KVStoreClient(tiny_kvstore)
+        try:
+            await kv.put(blocks)
+            assert {kv.shard_of(b.key) for b in blocks} == {0, 1}
+            seen = []
+            got = await kv.get([b.key for b in blocks], on_block=seen.append)
+            assert [b.key for b in seen] == [b.key for b in blocks] == [b.key for b in got]
+            assert [bytes(b.data) for b in seen] == [b.data for b in blocks]
+        finally:
+            await kv.close()
+
+    asyncio.run(scenario())
+
+
+def test_bench_kv_prints_its_table(capsys):
+    """At a tiny size: the table's shape and its figures' consistency, never their values."""
+    from pdserve.client.cli import main
+
+    assert main(["bench-kv", "--total-mb", "0.25", "--block-kb", "64", "--streams", "1,2", "--repeat", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("kvstore hand-off")
+    assert lines[1].split()[:4] == ["op", "streams", "MB", "kvstore"]
+    rows = [line.split() for line in lines[2:]]
+    assert [(r[0], r[1]) for r in rows] == [("put", "1"), ("put", "2"), ("get", "1"), ("get", "2")]
+    for r in rows:
+        kv, bare, memcpy, ratio = (float(x) for x in r[3:7])
+        assert kv > 0 and bare > 0 and memcpy > 0
+        assert ratio == pytest.approx(kv / bare, rel=0.05, abs=0.01)
+
+
+def test_bench_kv_rejects_bad_flags(capsys):
+    from pdserve.client.cli import main
+
+    assert main(["bench-kv", "--total-mb", "0"]) == 2
+    assert "--total-mb" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench-kv", "--streams", "0"])
