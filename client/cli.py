@@ -142,7 +142,7 @@ def stack_spec_from_args(a: argparse.Namespace):
                      metrics_base_port=getattr(a, "metrics_base_port", 0),
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
                      perf_flags=["--perf-hardware", a.perf_hardware] if a.perf_hardware else [],
-                     http_port=getattr(a, "http_port", None))
+                     http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm)
 
 
 def cmd_up(a: argparse.Namespace) -> int:
@@ -283,6 +283,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="realtime: each step lasts at least its modeled time x --time-scale")
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--perf-hardware", default=None, help="modeled GPU for the workers' modeled clock")
+    p.add_argument("--kv-shm", action="store_true",
+                   help="move KV blocks between the kvstores and the workers through /dev/shm (same host)")
 
 
 def build_parser() -> argparse.ArgumentParser:

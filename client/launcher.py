@@ -78,6 +78,7 @@ class StackSpec:
     metrics: bool = False
     metrics_base_port: int = 0  # with metrics: fixed ports from here (METRICS_OFFSETS); 0: free ports
     fault_injection: bool = False
+    kv_shm: bool = False  # KV blocks through /dev/shm between the kvstores and the workers (all on this host)
     extra: dict[str, list[str]] = field(default_factory=dict)  # service -> extra flags
     pace: str = "off"  # modeled clock for prefill and decode workers: off | realtime
     time_scale: float = 1.0
@@ -156,20 +157,22 @@ class Stack:
         internal, router_security = self._security()
         model = ["--model", s.model] if s.model else []
         clock = ["--pace", s.pace, "--time-scale", str(s.time_scale)] + s.perf_flags
+        shm = ["--kv-shm"] if s.kv_shm and not s.colocated else []
         kvstores = []
         if not s.colocated:
             for i in range(s.n_kvstore):
-                args = ["--capacity-mb", str(s.kv_capacity_mb)] + (["--enable-fault-injection"] if s.fault_injection
-                                                                   else [])
+                args = ["--capacity-mb", str(s.kv_capacity_mb)] + shm + (["--enable-fault-injection"]
+                                                                         if s.fault_injection else [])
                 kvstores.append(self._proc(f"kvstore-{i}", "kvstore", args + internal + s.extra.get("kvstore", [])))
         kv_flag = ["--kvstore", ",".join(p.target for p in kvstores)]
         self.kvstores = kvstores
         self.prefills = [] if s.colocated else [
-            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + clock + internal + s.extra.get("prefill", []))
+            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + shm + clock + internal + s.extra.get("prefill", []))
             for i in range(s.n_prefill)]
         self.decodes = [
             self._proc(f"decode-{i}", "decode_server",
-                       model + kv_flag + clock + ["--kv-blocks", str(s.kv_blocks)] + internal + s.extra.get("decode", []))
+                       model + kv_flag + shm + clock + ["--kv-blocks", str(s.kv_blocks)] + internal
+                       + s.extra.get("decode", []))
             for i in range(s.n_decode)]
         self.router: Process | None = None
         if self.decodes:  # a stack without workers is just kvstores (for tests of the store alone)

@@ -20,8 +20,7 @@ pytestmark = pytest.mark.skipif(not shm.available(), reason="no writable /dev/sh
 
 @pytest.fixture(scope="module")
 def shm_stack(tiny_model_path):
-    stack = start_stack(model=str(tiny_model_path), fault_injection=True,
-                        extra={"kvstore": ["--kv-shm"], "prefill": ["--kv-shm"], "decode": ["--kv-shm"]})
+    stack = start_stack(model=str(tiny_model_path), fault_injection=True, kv_shm=True)  # pdserve up --kv-shm
     yield stack
     stack.stop()
 

@@ -65,3 +65,5 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="start and run the in-process engine, the disaggregated stack and the colocated stack")
     g.add_argument("--model", default=None, help="GGUF for --compare (default: SmolLM2-135M-Instruct)")
     g.add_argument("--modes", default="in_process,disaggregated,colocated", help="--compare: which of the three")
+    g.add_argument("--kv-shm", action="store_true",
+                   help="--compare: the disaggregated stack moves KV blocks through /dev/shm (kvstore and workers)")

@@ -43,11 +43,11 @@ def step_wall_seconds(metrics_ports: list[int], phase: str) -> float | None:
     return total
 
 
-def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec):
+def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run)."""
     from pdserve.client.launcher import Stack, StackSpec
 
-    with Stack(StackSpec(model=model, colocated=colocated, metrics=True)) as stack:
+    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm)) as stack:
         ports = [p.metrics_port for p in (stack.decodes if colocated else stack.prefills)]
         before: list[float | None] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
@@ -125,7 +125,7 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
                                               lambda b, _: run(b, requests, spec)))
             backend_name = InProcessBackend.name
         else:
-            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec)
+            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm)
             backend_name = f"pdserve-{mode}"
         summary = summarize(result, percentiles, slo)
         print(format_result(summary, f"{mode}", percentiles), flush=True)
