@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import time
+from dataclasses import dataclass
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
@@ -16,6 +17,7 @@ from pdserve.common.status import abort_exhausted, abort_invalid
 from pdserve.common.validation import check_worker_request
 from pdserve.common.worker import ITL, Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
+from pdserve.engine.kv_cache import SequenceKV
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
 from pdserve.engine.scheduler import Role
@@ -39,16 +41,36 @@ PREEMPTIONS = Counter("pdserve_decode_num_preemptions", "Sequences preempted (KV
 KV_LOAD_FAILURES = Counter("pdserve_decode_kv_load_failures_total",
                            "KV fetches from the kvstore that failed, by what the worker did about it", ["policy"])
 KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
+PREFETCHES = Counter("pdserve_decode_kv_prefetch_total",
+                     "KV prefetches (started while prefill runs), by how they ended: adopted by the Decode call that "
+                     "followed, dropped (cancelled, expired or superseded), failed", ["outcome"])
+PREFETCH_OUTCOMES = ("adopted", "dropped", "failed")
+KV_ERRORS = (KVIntegrityError, ValueError, grpc.aio.AioRpcError)
+
+
+@dataclass
+class Prefetch:
+    """A request's KV being imported (or imported) ahead of its Decode call."""
+
+    handle: object  # the KVHandle it fetches
+    kv: SequenceKV
+    task: asyncio.Task  # (wall seconds, modeled transfer seconds) of the import
+    expiry: asyncio.TimerHandle | None = None
+    adopted: bool = False
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
     def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink",
-                 kv_load_failure_policy: str = "recompute") -> None:
+                 kv_load_failure_policy: str = "recompute", max_prefetches: int = 16) -> None:
         self.worker = worker
         self.runtime = worker.runtime
         self.kv = kv
         self.kv_link = kv_link
         self.kv_load_failure_policy = kv_load_failure_policy
+        self.max_prefetches = max_prefetches
+        self.prefetches: dict[str, Prefetch] = {}
+        for outcome in PREFETCH_OUTCOMES:
+            PREFETCHES.labels(outcome)
         s = worker.scheduler
         RUNNING.set_function(lambda: len(s.running))
         WAITING.set_function(lambda: len(s.waiting))
@@ -76,37 +98,107 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise InvalidParameter("resume_ids", "a resumed request recomputes its KV: set colocated=true")
         if request.first_token >= rt.config.vocab_size:
             raise InvalidParameter("first_token", f"{request.first_token} is outside the vocabulary")
-        kv = request.kv
+        if request.kv.token_count != len(prompt):
+            raise InvalidParameter("kv.token_count",
+                                   f"{request.kv.token_count} does not match the {len(prompt)} prompt ids")
+        self._validate_handle(request.kv)
+        return prompt, params
+
+    def _validate_handle(self, kv) -> None:
+        rt = self.runtime
         if not kv.block_keys:
             raise InvalidParameter("kv.block_keys", "empty: send a KV handle from prefill, or colocated=true")
-        if kv.token_count != len(prompt):
-            raise InvalidParameter("kv.token_count", f"{kv.token_count} does not match the {len(prompt)} prompt ids")
+        if not 0 < kv.token_count < rt.config.context_length:
+            raise InvalidParameter("kv.token_count", f"must be in [1, {rt.config.context_length - 1}], "
+                                                     f"got {kv.token_count}")
         if kv.block_tokens != rt.block_tokens:
             raise InvalidParameter("kv.block_tokens", f"{kv.block_tokens}; this worker uses {rt.block_tokens}")
         if kv.model_fingerprint != rt.config.fingerprint:
             raise InvalidParameter("kv.model_fingerprint", "the KV was computed by a different model")
+        if len(kv.block_keys) != -(-kv.token_count // rt.block_tokens):
+            raise InvalidParameter("kv.block_keys", f"{len(kv.block_keys)} keys for {kv.token_count} tokens")
         if not math.isfinite(kv.wait_s) or not 0 <= kv.wait_s <= MAX_WAIT_S:
             raise InvalidParameter("kv.wait_s", f"must be in [0, {MAX_WAIT_S:g}], got {kv.wait_s}")
         if self.kv is None:
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
-        return prompt, params
 
-    async def _fetch(self, seq: Sequence, handle) -> tuple[float, float]:
-        """Import the request's blocks; returns (wall seconds, modeled transfer seconds)."""
+    async def _import(self, kv: SequenceKV, handle) -> tuple[float, float]:
+        """Import the handle's blocks into ``kv``; returns (wall seconds, modeled transfer seconds)."""
         start = time.perf_counter()
         async with self.kv.keep_lease(handle.lease_id, handle.lease_ttl_s):  # a slow fetch never loses the KV to expiry
             # each block is imported as it arrives, while the rest is on the wire; with wait_s, blocks prefill is
             # still storing stream in as they are stored
             await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
-                              on_block=lambda block: seq.kv.append_block(block.data, block.token_count))
-            if seq.kv.length != handle.token_count:
-                raise KVIntegrityError(f"blocks hold {seq.kv.length} tokens, the handle says {handle.token_count}")
+                              on_block=lambda block: kv.append_block(block.data, block.token_count))
+            if kv.length != handle.token_count:
+                raise KVIntegrityError(f"blocks hold {kv.length} tokens, the handle says {handle.token_count}")
             modeled = await self.worker.clock.pace_transfer(handle.token_count, self.kv_link,
                                                             time.perf_counter() - start)
         elapsed = time.perf_counter() - start
         KV_FETCH.observe(elapsed)
+        return elapsed, modeled
+
+    async def _fetch(self, seq: Sequence, handle) -> tuple[float, float]:
+        """The request's KV into ``seq``: taken from a prefetch of the same handle, or imported now. Returns the wall
+        seconds this call spent on it (with a prefetch: only the wait for what had not arrived yet) and the modeled
+        transfer seconds."""
+        prefetch = self.prefetches.get(seq.request_id)
+        if prefetch is not None and _same_handle(prefetch.handle, handle):
+            self.prefetches.pop(seq.request_id)
+            prefetch.adopted = True
+            prefetch.expiry.cancel()
+            start = time.perf_counter()
+            try:
+                _, modeled = await prefetch.task
+            except KV_ERRORS:
+                PREFETCHES.labels("failed").inc()
+                raise
+            PREFETCHES.labels("adopted").inc()
+            seq.kv = prefetch.kv
+            elapsed = time.perf_counter() - start
+        else:
+            elapsed, modeled = await self._import(seq.kv, handle)
         await self.kv.release_quietly(handle.lease_id)  # we have our copy: the blocks may be evicted now
         return elapsed, modeled
+
+    async def Prefetch(self, request, context):
+        try:
+            if not request.request_id:
+                raise InvalidParameter("request_id", "must not be empty")
+            self._validate_handle(request.kv)
+        except InvalidParameter as exc:
+            await abort_invalid(context, exc)
+        if request.request_id in self.prefetches:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request.request_id} is being prefetched")
+        if len(self.prefetches) >= self.max_prefetches:
+            await abort_exhausted(context, f"decode: {self.max_prefetches} prefetches in flight (--max-prefetches)")
+        handle = request.kv
+        kv = self.runtime.model.new_kv(capacity=handle.token_count + 1, block_tokens=self.runtime.block_tokens)
+        prefetch = Prefetch(handle, kv, asyncio.ensure_future(self._import(kv, handle)))
+        self.prefetches[request.request_id] = prefetch
+        # a copy nobody takes (the Decode call went to another worker) is dropped when the lease would have expired
+        prefetch.expiry = asyncio.get_running_loop().call_later(max(handle.lease_ttl_s, 1.0), self._drop_prefetch,
+                                                                request.request_id, prefetch)
+        try:
+            elapsed, _ = await asyncio.shield(prefetch.task)
+        except asyncio.CancelledError:
+            self._drop_prefetch(request.request_id, prefetch)  # the router gave the request up
+            raise
+        except KV_ERRORS as exc:
+            self._drop_prefetch(request.request_id, prefetch, failed=True)
+            detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.DATA_LOSS
+            await context.abort(code, f"kv: {detail}")
+        return decode_pb2.PrefetchResponse(token_count=kv.length, fetch_wall_s=elapsed)
+
+    def _drop_prefetch(self, request_id: str, prefetch: Prefetch, failed: bool = False) -> None:
+        """Forget a prefetch nobody took (its memory goes with it); a Decode call that took it keeps it."""
+        if prefetch.adopted or self.prefetches.get(request_id) is not prefetch:
+            return
+        del self.prefetches[request_id]
+        prefetch.task.cancel()
+        prefetch.expiry.cancel()
+        PREFETCHES.labels("failed" if failed else "dropped").inc()
 
     async def Decode(self, request, context):
         try:
@@ -185,6 +277,11 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         chunk.prefill_modeled_s = job.prefill_modeled_s
 
 
+def _same_handle(a, b) -> bool:
+    return (list(a.block_keys) == list(b.block_keys) and a.lease_id == b.lease_id and a.token_count == b.token_count
+            and a.model_fingerprint == b.model_fingerprint)
+
+
 def modeled_kv_blocks(args) -> int:
     """The modeled deployment's KV capacity, in this worker's blocks."""
     try:
@@ -202,6 +299,8 @@ def build_parser():
                              "preempts where the real cluster would")
     parser.add_argument("--slab-tokens", type=int, default=DEFAULT_SLAB_TOKENS,
                         help="sequences up to this length share the batched-attention slab")
+    parser.add_argument("--max-prefetches", type=int, default=16,
+                        help="KV prefetches (requests still in prefill) held at once; more are refused")
     parser.add_argument("--kv-load-failure-policy", default="recompute", choices=KV_LOAD_FAILURE_POLICIES,
                         help="when the prompt's KV cannot be fetched: recompute it here, or fail the request")
     return parser
@@ -215,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     worker = build_worker(args, Role.DECODE, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        service = DecodeService(worker, kv, args.kv_link, args.kv_load_failure_policy)
+        service = DecodeService(worker, kv, args.kv_link, args.kv_load_failure_policy, args.max_prefetches)
         decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
         return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
 

@@ -31,6 +31,9 @@ def build_parser() -> FlagParser:
     parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
                         help="how long prefilled KV waits for decode")
+    parser.add_argument("--no-decode-prefetch", dest="decode_prefetch", action="store_false",
+                        help="send Decode only after prefill returns, without a decode worker importing the KV "
+                             "while prefill computes it")
     parser.add_argument("--decode-resumes", type=int, default=3,
                         help="times a request may resume on another decode worker after its worker went away "
                              "mid-stream (0: such a request fails with UNAVAILABLE)")
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
         model_name=args.served_model_name or default_name,
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
-        lease_ttl_s=args.lease_ttl_s, decode_resumes=args.decode_resumes)
+        lease_ttl_s=args.lease_ttl_s, decode_resumes=args.decode_resumes,
+        decode_prefetch=args.decode_prefetch)
     set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
 
     async def run() -> None:

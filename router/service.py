@@ -14,10 +14,11 @@ from pdserve.common.metrics import request_id_var
 from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import check_request_id
-from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys
+from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys, tail_block_key
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
+from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
@@ -26,7 +27,8 @@ from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
 from pdserve.router.tokens import TokenPieces
 from pdserve.router.tokenize import TokenizeRPCs
-from pdserve.router.upstream import StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode
+from pdserve.router.upstream import (StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode,
+                                     start_prefetch)
 from pdserve.router.workers import WorkerPool
 
 log = logging.getLogger("pdserve.router")
@@ -43,6 +45,7 @@ class RouterConfig:
     prefill_retries: int = 3
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
     decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
+    decode_prefetch: bool = True  # a decode worker imports the KV while prefill computes it (Decode.Prefetch)
 
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
@@ -181,28 +184,50 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         lease_id = samples[0].lease_id = uuid.uuid4().hex  # released if the request ends before decode took the KV
         prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                      lease_ttl_s=self.config.lease_ttl_s, lease_id=lease_id)
-        reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
-                                           self.config.prefill_retries, context.time_remaining(), track)
-        firsts = [reply.first, *reply.forks]
-        for state in samples:
-            state.took_prefill(reply)
-        for i in range(1, n):  # sample 0 decodes under prefill's lease, the others under their own
-            samples[i].lease_id = "" if firsts[i].finish_reason else f"{lease_id}#{i}"  # released at the end
-            if samples[i].lease_id:
-                await self._lease_copy(reply.kv, samples[i].lease_id)
-        for i, first in enumerate(firsts):
-            yield self._chunk(samples, i, first)
-        requests = {}
-        for i, first in enumerate(firsts):
-            if not first.finish_reason:
-                handle = common_pb2.KVHandle()
-                handle.CopyFrom(reply.kv)
-                handle.lease_id = samples[i].lease_id
-                requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
-                                                       first_token=first.token_ids[0],
-                                                       sampling=sample_sampling(sampling, i, n))
-        async for chunk in self._relay_all(samples, requests, context, track):
-            yield chunk
+        prefetched_on, prefetch = self._prefetch(request_id, ids, keys, lease_id, context, track) if n == 1 else ("", None)
+        try:
+            reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
+                                               self.config.prefill_retries, context.time_remaining(), track)
+            firsts = [reply.first, *reply.forks]
+            for state in samples:
+                state.took_prefill(reply)
+            for i in range(1, n):  # sample 0 decodes under prefill's lease, the others under their own
+                samples[i].lease_id = "" if firsts[i].finish_reason else f"{lease_id}#{i}"  # released at the end
+                if samples[i].lease_id:
+                    await self._lease_copy(reply.kv, samples[i].lease_id)
+            for i, first in enumerate(firsts):
+                yield self._chunk(samples, i, first)
+            requests = {}
+            for i, first in enumerate(firsts):
+                if not first.finish_reason:
+                    handle = common_pb2.KVHandle()
+                    handle.CopyFrom(reply.kv)
+                    handle.lease_id = samples[i].lease_id
+                    requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
+                                                           first_token=first.token_ids[0],
+                                                           sampling=sample_sampling(sampling, i, n))
+            async for chunk in self._relay_all(samples, requests, context, track, prefetched_on):
+                yield chunk
+        finally:
+            if prefetch is not None:
+                prefetch.cancel()  # no-op once done; else the worker drops a copy nobody will take
+
+    def _prefetch(self, request_id: str, ids: list[int], keys: list[str], lease_id: str, context,
+                  track) -> tuple[str, grpc.aio.Call | None]:
+        """Start a decode worker importing the KV prefill is about to store (block by block, as each chunk of the
+        prompt is computed), so that little of the hand-off is left when prefill returns; returns that worker."""
+        if not self.config.decode_prefetch:
+            return "", None
+        handle_keys = list(keys)
+        if len(ids) % self.config.block_tokens:
+            handle_keys.append(tail_block_key(lease_id, len(ids)))  # the partial last block, as prefill names it
+        remaining = context.time_remaining()
+        handle = common_pb2.KVHandle(block_keys=handle_keys, token_count=len(ids), block_tokens=self.config.block_tokens,
+                                     lease_id=lease_id, lease_ttl_s=self.config.lease_ttl_s,
+                                     model_fingerprint=self.config.fingerprint,
+                                     wait_s=min(MAX_WAIT_S, remaining if remaining is not None else MAX_WAIT_S))
+        return start_prefetch(self.decode, decode_pb2.PrefetchRequest(request_id=request_id, kv=handle), remaining,
+                              track)
 
     async def _lease_copy(self, handle: common_pb2.KVHandle, lease_id: str) -> None:
         """Another lease on a prefilled request's blocks, for a second sample's decode to take (and release)."""
@@ -214,18 +239,20 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "kvstore: the prefilled blocks are gone before decode")
 
     async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context,
-                         track):
+                         track, prefer: str = ""):
         """Every sample's decode stream, merged as chunks arrive. A chunk is counted when it is passed on (not when
-        it arrives), so that usage after an abort counts exactly the tokens the client got."""
+        it arrives), so that usage after an abort counts exactly the tokens the client got. ``prefer``: the decode
+        worker that prefetched the KV (one sample)."""
         async def one(i: int, request: decode_pb2.DecodeRequest):
-            async for chunk in self._resumable(samples[i], request, context, track):
+            async for chunk in self._resumable(samples[i], request, context, track, prefer):
                 yield i, chunk
 
         async for i, chunk in merge([one(i, r) for i, r in requests.items()]):
             samples[i].took_decode_chunk(chunk)
             yield self._chunk(samples, i, chunk.step)
 
-    async def _resumable(self, state: RequestState, request: decode_pb2.DecodeRequest, context, track):
+    async def _resumable(self, state: RequestState, request: decode_pb2.DecodeRequest, context, track,
+                         prefer: str = ""):
         """One sample's decode stream; when its worker goes away mid-stream, resume on another one.
 
         The resumed request carries every token already relayed: the new worker recomputes prompt + those tokens and
@@ -239,7 +266,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         while True:
             try:
                 async for chunk in relay_decode(self.decode, request, context.time_remaining(), frozenset(failed),
-                                                track):
+                                                track, "" if failed else prefer):
                     relayed.extend(chunk.step.token_ids)
                     yield chunk
                 return

@@ -99,9 +99,33 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
                         f"no prefill worker could take the request ({last_error.details() if last_error else ''})")
 
 
+def start_prefetch(pool: WorkerPool, request: decode_pb2.PrefetchRequest, timeout: float | None,
+                   track: Callable[[grpc.aio.Call], None] = _untracked) -> tuple[str, grpc.aio.Call | None]:
+    """Ask the decode worker the policy would pick now to start importing a request's KV while prefill computes it;
+    returns its target ("" when none is available), which the Decode call then prefers, and the call (cancelling it
+    drops the worker's copy). Best effort: a refused or failed prefetch only means that the Decode call fetches the
+    blocks itself."""
+    candidates = pool.available()
+    if not candidates:
+        return "", None
+    worker = choose_decode(candidates)
+    call = worker.stub.Prefetch(request, timeout=timeout, metadata=request_metadata(request.request_id))
+    track(call)  # cancelled with the request (its copy on the worker is dropped at once)
+
+    def done(finished: grpc.aio.Call) -> None:
+        if not finished.cancelled() and finished.exception() is not None:
+            log.info("prefetch on %s: %s", worker.target, finished.exception())
+
+    call.add_done_callback(done)
+    return worker.target, call
+
+
 async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, timeout: float | None,
                        exclude: frozenset[str] = frozenset(),
-                       track: Callable[[grpc.aio.Call], None] = _untracked) -> AsyncIterator[decode_pb2.DecodeChunk]:
+                       track: Callable[[grpc.aio.Call], None] = _untracked,
+                       prefer: str = "") -> AsyncIterator[decode_pb2.DecodeChunk]:
+    """Relay a decode stream from the worker ``prefer`` names (the one that prefetched its KV) when it is available,
+    else from the one the policy picks."""
     tried: set[str] = set(exclude)
     rounds = 1
     while True:
@@ -115,8 +139,9 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, time
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "decode: no decode worker could take the request")
         if len(tried) > len(exclude) or rounds > 1:
             RETRIES.labels("decode").inc()
-        worker = choose_decode(candidates)
-        ROUTED.labels("decode", "least_kv_usage", worker.target).inc()
+        preferred = [w for w in candidates if w.target == prefer]
+        worker = preferred[0] if preferred else choose_decode(candidates)
+        ROUTED.labels("decode", "prefetched" if preferred else "least_kv_usage", worker.target).inc()
         tried.add(worker.target)
         worker.inflight += 1
         call = worker.stub.Decode(request, timeout=timeout, metadata=request_metadata(request.request_id))

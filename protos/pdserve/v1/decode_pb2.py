@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from pdserve.v1 import common_pb2 as pdserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17pdserve/v1/decode.proto\x12\npdserve.v1\x1a\x17pdserve/v1/common.proto\"\xc3\x01\n\rDecodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\r\x12\x13\n\x0b\x66irst_token\x18\x03 \x01(\r\x12 \n\x02kv\x18\x04 \x01(\x0b\x32\x14.pdserve.v1.KVHandle\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x11\n\tcolocated\x18\x06 \x01(\x08\x12\x12\n\nresume_ids\x18\x07 \x03(\r\"\xce\x01\n\x0b\x44\x65\x63odeChunk\x12#\n\x04step\x18\x01 \x01(\x0b\x32\x15.pdserve.v1.TokenStep\x12\x17\n\x0fkv_fetch_wall_s\x18\x02 \x01(\x01\x12\x1d\n\x15kv_transfer_modeled_s\x18\x03 \x01(\x01\x12\x14\n\x0cqueue_wall_s\x18\x04 \x01(\x01\x12\x18\n\x10\x64\x65\x63ode_modeled_s\x18\x05 \x01(\x01\x12\x17\n\x0fqueue_modeled_s\x18\x06 \x01(\x01\x12\x19\n\x11prefill_modeled_s\x18\x07 \x01(\x01\x32\x84\x01\n\x06\x44\x65\x63ode\x12>\n\x06\x44\x65\x63ode\x12\x19.pdserve.v1.DecodeRequest\x1a\x17.pdserve.v1.DecodeChunk0\x01\x12:\n\x07GetLoad\x12\x17.pdserve.v1.LoadRequest\x1a\x16.pdserve.v1.WorkerLoadB\x84\x01\n\rio.pdserve.v1B\x0b\x44\x65\x63odeProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17pdserve/v1/decode.proto\x12\npdserve.v1\x1a\x17pdserve/v1/common.proto\"\xc3\x01\n\rDecodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\r\x12\x13\n\x0b\x66irst_token\x18\x03 \x01(\r\x12 \n\x02kv\x18\x04 \x01(\x0b\x32\x14.pdserve.v1.KVHandle\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x11\n\tcolocated\x18\x06 \x01(\x08\x12\x12\n\nresume_ids\x18\x07 \x03(\r\"G\n\x0fPrefetchRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\x02kv\x18\x02 \x01(\x0b\x32\x14.pdserve.v1.KVHandle\"=\n\x10PrefetchResponse\x12\x13\n\x0btoken_count\x18\x01 \x01(\r\x12\x14\n\x0c\x66\x65tch_wall_s\x18\x02 \x01(\x01\"\xce\x01\n\x0b\x44\x65\x63odeChunk\x12#\n\x04step\x18\x01 \x01(\x0b\x32\x15.pdserve.v1.TokenStep\x12\x17\n\x0fkv_fetch_wall_s\x18\x02 \x01(\x01\x12\x1d\n\x15kv_transfer_modeled_s\x18\x03 \x01(\x01\x12\x14\n\x0cqueue_wall_s\x18\x04 \x01(\x01\x12\x18\n\x10\x64\x65\x63ode_modeled_s\x18\x05 \x01(\x01\x12\x17\n\x0fqueue_modeled_s\x18\x06 \x01(\x01\x12\x19\n\x11prefill_modeled_s\x18\x07 \x01(\x01\x32\xcb\x01\n\x06\x44\x65\x63ode\x12>\n\x06\x44\x65\x63ode\x12\x19.pdserve.v1.DecodeRequest\x1a\x17.pdserve.v1.DecodeChunk0\x01\x12\x45\n\x08Prefetch\x12\x1b.pdserve.v1.PrefetchRequest\x1a\x1c.pdserve.v1.PrefetchResponse\x12:\n\x07GetLoad\x12\x17.pdserve.v1.LoadRequest\x1a\x16.pdserve.v1.WorkerLoadB\x84\x01\n\rio.pdserve.v1B\x0b\x44\x65\x63odeProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\rio.pdserve.v1B\013DecodeProtoP\001Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\242\002\003PVX\252\002\nPdserve.V1\312\002\nPdserve\\V1\352\002\013Pdserve::V1'
   _globals['_DECODEREQUEST']._serialized_start=65
   _globals['_DECODEREQUEST']._serialized_end=260
-  _globals['_DECODECHUNK']._serialized_start=263
-  _globals['_DECODECHUNK']._serialized_end=469
-  _globals['_DECODE']._serialized_start=472
-  _globals['_DECODE']._serialized_end=604
+  _globals['_PREFETCHREQUEST']._serialized_start=262
+  _globals['_PREFETCHREQUEST']._serialized_end=333
+  _globals['_PREFETCHRESPONSE']._serialized_start=335
+  _globals['_PREFETCHRESPONSE']._serialized_end=396
+  _globals['_DECODECHUNK']._serialized_start=399
+  _globals['_DECODECHUNK']._serialized_end=605
+  _globals['_DECODE']._serialized_start=608
+  _globals['_DECODE']._serialized_end=811
 # @@protoc_insertion_point(module_scope)

@@ -25,6 +25,22 @@ class DecodeRequest(_message.Message):
     resume_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, request_id: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., kv: _Optional[_Union[_common_pb2.KVHandle, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., colocated: _Optional[bool] = ..., resume_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class PrefetchRequest(_message.Message):
+    __slots__ = ("request_id", "kv")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    KV_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    kv: _common_pb2.KVHandle
+    def __init__(self, request_id: _Optional[str] = ..., kv: _Optional[_Union[_common_pb2.KVHandle, _Mapping]] = ...) -> None: ...
+
+class PrefetchResponse(_message.Message):
+    __slots__ = ("token_count", "fetch_wall_s")
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FETCH_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    token_count: int
+    fetch_wall_s: float
+    def __init__(self, token_count: _Optional[int] = ..., fetch_wall_s: _Optional[float] = ...) -> None: ...
+
 class DecodeChunk(_message.Message):
     __slots__ = ("step", "kv_fetch_wall_s", "kv_transfer_modeled_s", "queue_wall_s", "decode_modeled_s", "queue_modeled_s", "prefill_modeled_s")
     STEP_FIELD_NUMBER: _ClassVar[int]

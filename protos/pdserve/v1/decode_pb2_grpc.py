@@ -42,6 +42,11 @@ class DecodeStub:
                 request_serializer=pdserve_dot_v1_dot_decode__pb2.DecodeRequest.SerializeToString,
                 response_deserializer=pdserve_dot_v1_dot_decode__pb2.DecodeChunk.FromString,
                 _registered_method=True)
+        self.Prefetch = channel.unary_unary(
+                '/pdserve.v1.Decode/Prefetch',
+                request_serializer=pdserve_dot_v1_dot_decode__pb2.PrefetchRequest.SerializeToString,
+                response_deserializer=pdserve_dot_v1_dot_decode__pb2.PrefetchResponse.FromString,
+                _registered_method=True)
         self.GetLoad = channel.unary_unary(
                 '/pdserve.v1.Decode/GetLoad',
                 request_serializer=pdserve_dot_v1_dot_common__pb2.LoadRequest.SerializeToString,
@@ -60,6 +65,16 @@ class DecodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prefetch(self, request, context):
+        """Starts importing a request's KV blocks while prefill is still computing and storing them (the blocks are
+        waited for, kv.wait_s at most), so that the Decode call that follows on this worker finds them here: the
+        hand-off hides behind prefill. Returns when every block is here. The copy is kept until a Decode with the same
+        request id and handle takes it, this call is cancelled, or kv.lease_ttl_s passes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetLoad(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -73,6 +88,11 @@ def add_DecodeServicer_to_server(servicer, server):
                     servicer.Decode,
                     request_deserializer=pdserve_dot_v1_dot_decode__pb2.DecodeRequest.FromString,
                     response_serializer=pdserve_dot_v1_dot_decode__pb2.DecodeChunk.SerializeToString,
+            ),
+            'Prefetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prefetch,
+                    request_deserializer=pdserve_dot_v1_dot_decode__pb2.PrefetchRequest.FromString,
+                    response_serializer=pdserve_dot_v1_dot_decode__pb2.PrefetchResponse.SerializeToString,
             ),
             'GetLoad': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLoad,
@@ -109,6 +129,33 @@ class Decode:
             '/pdserve.v1.Decode/Decode',
             pdserve_dot_v1_dot_decode__pb2.DecodeRequest.SerializeToString,
             pdserve_dot_v1_dot_decode__pb2.DecodeChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prefetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pdserve.v1.Decode/Prefetch',
+            pdserve_dot_v1_dot_decode__pb2.PrefetchRequest.SerializeToString,
+            pdserve_dot_v1_dot_decode__pb2.PrefetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,112 @@
+"""Decode.Prefetch: a decode worker imports a request's KV while prefill still computes and stores it, and the
+Decode call that follows takes that copy instead of fetching."""
+
+import asyncio
+
+import grpc
+import pytest
+
+from pdserve.client.client import AsyncPdserveClient
+from pdserve.engine.params import SamplingParams
+from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from tests.conftest import start_stack
+from tests.helpers import kv_leases, reference, scrape, wait_until
+
+CHUNK = 32  # prefill's --max-num-batched-tokens: a 100-token prompt takes 4 steps, its blocks stored as they finish
+PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+SAMPLING = common_pb2.SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_model_path):
+    stack = start_stack(model=str(tiny_model_path), metrics=True,
+                        extra={"prefill": ["--max-num-batched-tokens", str(CHUNK)]})
+    yield stack
+    stack.stop()
+
+
+def _prefetches(stack, outcome: str) -> float:
+    return scrape(stack.decodes[0].metrics_port).get(("pdserve_decode_kv_prefetch_total", (("outcome", outcome),)), 0.0)
+
+
+def test_the_router_prefetches_and_decode_takes_the_copy(stack, tiny_runtime):
+    vocab = tiny_runtime.config.vocab_size
+    prompts = [[(5 * i + 11 * j) % (vocab - 3) + 3 for j in range(90 + 7 * i)] for i in range(3)]
+    want = [s.output_ids for s in reference(tiny_runtime, prompts, [PARAMS] * len(prompts))]
+    adopted = _prefetches(stack, "adopted")
+
+    async def run_all():
+        async with AsyncPdserveClient(stack.router_target) as client:
+            async def one(prompt):
+                return [t async for c in client.generate(token_ids=prompt, **vars(PARAMS)) for t in c.token_ids]
+            return await asyncio.gather(*(one(p) for p in prompts))
+
+    assert asyncio.run(run_all()) == want
+    assert _prefetches(stack, "adopted") == adopted + len(prompts)
+    wait_until(lambda: kv_leases(stack) == 0, what="every lease released")
+
+
+def _handle(stack, prompt: list[int]) -> common_pb2.KVHandle:
+    """A real handle: prefill the prompt directly (its blocks stay leased in the kvstore)."""
+    with grpc.insecure_channel(stack.prefills[0].target) as ch:
+        reply = prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
+            request_id=f"direct-{len(prompt)}", token_ids=prompt, sampling=SAMPLING))
+    handle = common_pb2.KVHandle()
+    handle.CopyFrom(reply.kv)
+    return handle, reply.first.token_ids[0]
+
+
+def test_a_prefetched_copy_serves_the_decode_call(stack, tiny_runtime):
+    prompt = list(range(4, 60))
+    want = reference(tiny_runtime, [prompt], [PARAMS])[0].output_ids
+    handle, first = _handle(stack, prompt)
+    adopted = _prefetches(stack, "adopted")
+
+    async def scenario():
+        async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
+            stub = decode_pb2_grpc.DecodeStub(ch)
+            done = await stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-1", kv=handle))
+            assert done.token_count == len(prompt)
+            chunks = [c async for c in stub.Decode(decode_pb2.DecodeRequest(
+                request_id="pf-1", prompt_ids=prompt, kv=handle, first_token=first, sampling=SAMPLING))]
+        return [first] + [t for c in chunks for t in c.step.token_ids]
+
+    assert asyncio.run(scenario()) == want
+    assert _prefetches(stack, "adopted") == adopted + 1
+
+
+def test_prefetches_that_nobody_takes_are_dropped_and_bad_ones_refused(stack):
+    prompt = list(range(7, 50))
+    handle, _ = _handle(stack, prompt)
+    dropped, failed = _prefetches(stack, "dropped"), _prefetches(stack, "failed")
+
+    async def scenario():
+        async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
+            stub = decode_pb2_grpc.DecodeStub(ch)
+            bad = common_pb2.KVHandle()
+            bad.CopyFrom(handle)
+            bad.model_fingerprint = "other"
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-bad", kv=bad))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert err.value.details().startswith("kv.model_fingerprint")
+            # blocks that never come: NOT_FOUND at the end of wait_s, and the copy is gone
+            never = common_pb2.KVHandle()
+            never.CopyFrom(handle)
+            never.block_keys[0] = "never-stored"
+            never.wait_s = 0.3
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-never", kv=never))
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            # the router gives a request up while its prefetch waits: the worker drops the copy
+            waiting = common_pb2.KVHandle()
+            waiting.CopyFrom(never)
+            waiting.wait_s = 60
+            call = stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-cancel", kv=waiting))
+            await asyncio.to_thread(wait_until, lambda: scrape(stack.kvstores[0].metrics_port).get(
+                ("pdserve_kvstore_waiting_gets", ()), 0.0) >= 1, 30, "the prefetch waiting")
+            call.cancel()
+
+    asyncio.run(scenario())
+    assert _prefetches(stack, "failed") == failed + 1
+    wait_until(lambda: _prefetches(stack, "dropped") == dropped + 1, what="the cancelled prefetch dropped")
