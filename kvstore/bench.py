@@ -312,7 +312,7 @@ def register(sub) -> None:
     g = p.add_argument_group("--handoff: the hand-off inside the stack (kvstore/bench_handoff.py)")
     g.add_argument("--handoff", action="store_true",
                    help="instead: start a stack per mode and time TTFT and the first-to-second-token gap")
-    g.add_argument("--modes", default="store at end,store per chunk,per chunk + shm")
+    g.add_argument("--modes", default="store at end,store per chunk,+ prefetch,+ prefetch + shm")
     g.add_argument("--model", default=None, help="GGUF (default: SmolLM2-135M-Instruct)")
     g.add_argument("--prompt-len", type=int, default=1024)
     g.add_argument("--chunk-tokens", type=int, default=256, help="prefill's --max-num-batched-tokens")

@@ -1,4 +1,4 @@
-"""``pdserve bench-kv --handoff``: the KV hand-off inside the stack, stored at the end against stored per chunk.
+"""``pdserve bench-kv --handoff``: the KV hand-off inside the stack: stored at the end, per chunk, prefetched.
 
 Each mode starts its own stack (router, prefill, kvstore, decode) with prompts prefilled in chunks of
 ``--chunk-tokens``, then sends the same distinct random prompts one at a time (no queueing, no prefix reuse) and
@@ -19,10 +19,15 @@ import numpy as np
 from pdserve.client.client import PdserveClient
 from pdserve.client.launcher import Stack, StackSpec
 
+SHM = {"kvstore": ["--kv-shm"], "prefill": ["--kv-shm"], "decode": ["--kv-shm"]}
 MODES: dict[str, dict[str, list[str]]] = {
-    "store at end": {"prefill": ["--kv-put-at-end"]},
-    "store per chunk": {},
-    "per chunk + shm": {"kvstore": ["--kv-shm"], "prefill": ["--kv-shm"], "decode": ["--kv-shm"]},
+    # prefill stores every block after its last chunk, decode fetches them after prefill returned (the old way)
+    "store at end": {"prefill": ["--kv-put-at-end"], "router": ["--no-decode-prefetch"]},
+    # each chunk's blocks stored as it finishes; decode still fetches after prefill returned
+    "store per chunk": {"router": ["--no-decode-prefetch"]},
+    # and a decode worker imports the blocks as they land (Decode.Prefetch): the default stack
+    "+ prefetch": {},
+    "+ prefetch + shm": SHM,
 }
 
 
