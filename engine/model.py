@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from engine.kv_cache import KVSlab, SequenceKV
 
 F32 = np.float32
-QUERY_BLOCK = 256  # queries per block of causal attention
+QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 
 
@@ -154,7 +154,9 @@ class LlamaModel:
         """Causal grouped-query attention of n new queries over start + n cached positions. q: [n, H, D].
 
         Queries go in blocks of QUERY_BLOCK: a block attends only to the keys up to its last query, so the causal
-        half of the score matrix is never computed, and only the block's diagonal square needs a mask.
+        half of the score matrix is never computed, and only the block's diagonal square needs a mask. Blocks are
+        small enough that their scores stay in cache between the passes over them, and the softmax's division is
+        applied to the block's output ([rows, D]) instead of to its scores ([rows, T]).
         """
         c = self.config
         n, g, kvh, d = q.shape[0], c.group_size, c.n_kv_heads, c.head_dim
@@ -162,15 +164,21 @@ class LlamaModel:
         qg = q.reshape(n, kvh, g, d).transpose(1, 0, 2, 3) * self.scale  # [KVH, n, g, D]: a query's heads adjacent
         qg = qg.reshape(kvh, n * g, d)
         out = np.empty((kvh, n * g, d), dtype=F32)
+        block = min(n, QUERY_BLOCK)
+        scratch = np.empty(kvh * block * g * (start + n), dtype=F32)  # every block's scores, one after another
         for b0 in range(0, n, QUERY_BLOCK):
             b1 = min(n, b0 + QUERY_BLOCK)
             total = start + b1
-            scores = qg[:, b0 * g:b1 * g] @ keys[:, :total].transpose(0, 2, 1)  # [KVH, bq*g, T]
+            scores = scratch[:kvh * (b1 - b0) * g * total].reshape(kvh, (b1 - b0) * g, total)
+            np.matmul(qg[:, b0 * g:b1 * g], keys[:, :total].transpose(0, 2, 1), out=scores)  # [KVH, bq*g, T]
             if b1 - b0 > 1:  # query i of the block may not see keys after start + b0 + i
                 square = scores.reshape(kvh, b1 - b0, g, total)[..., start + b0:]
                 square += CAUSAL_MASK[:b1 - b0, :b1 - b0][None, :, None, :]
-            softmax_lastdim(scores, out=scores)
-            np.matmul(scores, values[:, :total], out=out[:, b0 * g:b1 * g])
+            np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+            np.exp(scores, out=scores)
+            block_out = out[:, b0 * g:b1 * g]
+            np.matmul(scores, values[:, :total], out=block_out)
+            block_out /= scores.sum(axis=-1, keepdims=True)
         return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
