@@ -3,7 +3,7 @@
 One ``forward`` serves both phases: prefill passes many new tokens per sequence (with whatever prefix is already in
 that sequence's cache), decode passes one. Every linear layer runs once over all tokens of all sequences of the step
 (``[N, hidden] @ W``). Attention follows an :class:`AttentionPlan` made once per forward: decode rows whose KV sits in
-the shared slab attend in one batched matmul, every other sequence on its own.
+the shared slab attend together in compiled loops (engine/decode_attention.py), every other sequence on its own.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 from engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from dataclasses import dataclass
 
+from engine.decode_attention import DecodeAttention
 from engine.kv_cache import KVSlab, SequenceKV
 
 F32 = np.float32
@@ -86,6 +87,7 @@ class LlamaModel:
         self.rope = RotaryEmbedding(c.head_dim, c.rope_freq_base, c.context_length)
         self.eps = F32(c.rms_eps)
         self.scale = F32(1.0 / np.sqrt(c.head_dim))
+        self.decode_attention = DecodeAttention()
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
@@ -183,23 +185,13 @@ class LlamaModel:
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
                      layer: int) -> np.ndarray:
-        """One query per sequence over its slab slot, all sequences in one batched matmul. q: [B, H, D]."""
+        """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         slab.k[layer, slots, :, lengths - 1] = k
         slab.v[layer, slots, :, lengths - 1] = v
-        b = q.shape[0]
-        total = int(lengths.max())
-        if plan.dense:  # slots 0..B-1 in row order: a strided view, no copy
-            keys, values = slab.k[layer, :b, :, :total], slab.v[layer, :b, :, :total]  # [B, KVH, T, D]
-        else:
-            keys, values = slab.k[layer, slots, :, :total], slab.v[layer, slots, :, :total]
-        qg = q.reshape(b, c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D], pre-scaled
-        scores = qg @ keys.transpose(0, 1, 3, 2)  # [B, KVH, g, T]
-        if plan.padding is not None:
-            scores += plan.padding[:, None, None, :]  # -inf past each sequence's end
-        softmax_lastdim(scores, out=scores)
-        return (scores @ values).reshape(b, -1)  # [B, KVH, g, D] -> [B, H*D]
+        qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
+        return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths).reshape(q.shape[0], -1)
 
 
 @dataclass
@@ -220,8 +212,6 @@ class AttentionPlan:
     slab_rows: np.ndarray
     slots: np.ndarray
     lengths: np.ndarray
-    dense: bool
-    padding: np.ndarray | None  # [B, T]: -inf past each slab sequence's end, 0 before; None when all are full
     singles: list[tuple[int, int, int]]
 
     @property
@@ -245,13 +235,9 @@ class AttentionPlan:
             if not member:
                 kv.reserve(start + n)
         batched = sorted((i for i, member in enumerate(in_slab) if member), key=lambda i: caches[i].slot)
-        slots = np.array([caches[i].slot for i in batched], dtype=np.int64)  # ascending: dense when all are here
+        slots = np.array([caches[i].slot for i in batched], dtype=np.int64)
         lengths = np.array([starts[i] + 1 for i in batched], dtype=np.int64)
-        total = int(lengths.max()) if batched else 0
-        past_end = np.arange(total)[None, :] >= lengths[:, None]
         return cls(
             caches=caches, counts=counts, starts=starts, offsets=offsets, positions=positions, slab=slab,
             slab_rows=offsets[batched] if batched else np.zeros(0, dtype=np.int64), slots=slots, lengths=lengths,
-            dense=bool(np.array_equal(slots, np.arange(len(slots)))),
-            padding=np.where(past_end, F32(-np.inf), F32(0.0)) if past_end.any() else None,
             singles=[(i, offsets[i], offsets[i + 1]) for i, member in enumerate(in_slab) if not member])

@@ -166,3 +166,29 @@ def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime):
         probs = np.exp(scores - scores.max(axis=1, keepdims=True))
         want[:, h] = (probs / probs.sum(axis=1, keepdims=True)) @ values[kvh]
     np.testing.assert_allclose(got, want.reshape(n, -1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_slab_decode_attention_matches_a_float64_reference(threads):
+    """The compiled decode attention (slots in any order, members of different lengths, work split or not) equals
+    softmax attention in float64 over each member's own keys, up to float32 summation order."""
+    from engine.decode_attention import DecodeAttention
+
+    rng = np.random.default_rng(7)
+    n_slots, n_kv, group, dim, capacity = 5, 3, 3, 64, 300
+    keys = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32)
+    values = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32)
+    slots = np.array([3, 0, 4], dtype=np.int64)
+    lengths = np.array([290, 1, 137], dtype=np.int64)
+    q = rng.standard_normal((len(slots), n_kv, group, dim)).astype(np.float32)
+    keys[:, :, 290:] = np.nan  # past every member's end: must never be read
+    values[:, :, 290:] = np.nan
+    got = DecodeAttention(threads, min_split_keys=0)(q, keys, values, slots, lengths)
+
+    assert got.dtype == np.float32 and got.shape == q.shape
+    for row, (slot, n) in enumerate(zip(slots, lengths)):
+        k, v = keys[slot, :, :n].astype(np.float64), values[slot, :, :n].astype(np.float64)  # [KVH, n, D]
+        scores = q[row].astype(np.float64) @ k.transpose(0, 2, 1)  # [KVH, g, n]
+        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        want = (probs / probs.sum(axis=-1, keepdims=True)) @ v
+        np.testing.assert_allclose(got[row], want, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,101 @@
+"""Decode attention over the KV slab as compiled loops: one query per sequence, every sequence's keys read once.
+
+numpy can only express a decode step's attention as one small matrix product per (sequence, KV head): a [g, D] x
+[D, T] product that BLAS runs far below memory speed, with a call's overhead each. These two kernels (compiled by
+numba) walk each sequence's contiguous K and V rows directly, read only its own ``length`` positions (no padding
+mask), and index slots in place (no gather of the batch's KV). The softmax between them stays in numpy, whose
+vectorized exp is faster than a scalar one in a loop.
+
+Summation order differs from a BLAS product (the sums over D and over T run in the loops' order), which is why
+tests compare against a float64 reference instead of bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+
+F32 = np.float32
+# reassociation lets the compiler vectorize the dot products; no flag that assumes away inf (masked scores are -inf)
+_FASTMATH = {"reassoc", "contract"}
+_MIN_SPLIT_KEYS = 1 << 16  # keys per step (summed over sequences and heads) below which one thread does it all
+
+
+@numba.njit(nogil=True, fastmath=_FASTMATH, cache=True)
+def _scores(q, keys, slots, lengths, lo, hi, out):  # pragma: no cover - compiled
+    """out[b, j, i, t] = q[b, j, i] . keys[slots[b], j, t] for t < lengths[b], -inf after; tasks (b, j) in lo..hi."""
+    n_kv, group, dim = q.shape[1], q.shape[2], q.shape[3]
+    for task in range(lo, hi):
+        b, j = task // n_kv, task % n_kv
+        n = lengths[b]
+        kb, qb, ob = keys[slots[b], j], q[b, j], out[b, j]
+        for t in range(n):
+            row = kb[t]
+            for i in range(group):
+                qi = qb[i]
+                acc = np.float32(0.0)
+                for d in range(dim):
+                    acc += qi[d] * row[d]
+                ob[i, t] = acc
+        for i in range(group):
+            for t in range(n, ob.shape[1]):
+                ob[i, t] = -np.inf
+
+
+@numba.njit(nogil=True, fastmath=_FASTMATH, cache=True)
+def _weighted_values(probs, values, slots, lengths, lo, hi, out):  # pragma: no cover - compiled
+    """out[b, j, i] = sum over t < lengths[b] of probs[b, j, i, t] * values[slots[b], j, t]; tasks (b, j) in lo..hi."""
+    n_kv, group, dim = probs.shape[1], probs.shape[2], out.shape[3]
+    for task in range(lo, hi):
+        b, j = task // n_kv, task % n_kv
+        vb, pb, ob = values[slots[b], j], probs[b, j], out[b, j]
+        for i in range(group):
+            for d in range(dim):
+                ob[i, d] = 0.0
+        for t in range(lengths[b]):
+            row = vb[t]
+            for i in range(group):
+                w = pb[i, t]
+                oi = ob[i]
+                for d in range(dim):
+                    oi[d] += w * row[d]
+
+
+class DecodeAttention:
+    """Runs the kernels over a batch, split between two threads when there is enough work (the kernels release the
+    GIL, so the split uses both cores of a small machine)."""
+
+    def __init__(self, threads: int | None = None, min_split_keys: int = _MIN_SPLIT_KEYS) -> None:
+        self.threads = min(2, os.cpu_count() or 1) if threads is None else threads
+        self.min_split_keys = min_split_keys
+        self._pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
+
+    def __call__(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray,
+                 lengths: np.ndarray) -> np.ndarray:
+        """q: [B, KVH, g, D] (pre-scaled); keys, values: [slots, KVH, capacity, D]; slots, lengths: [B] int64.
+
+        Returns [B, KVH, g, D]: each query's softmax-weighted values over its sequence's first ``lengths`` keys.
+        """
+        b, n_kv, group, dim = q.shape
+        tasks = b * n_kv
+        scores = np.empty((b, n_kv, group, int(lengths.max())), dtype=F32)
+        out = np.empty((b, n_kv, group, dim), dtype=F32)
+        split = self._pool is not None and tasks > 1 and int(lengths.sum()) * n_kv >= self.min_split_keys
+        self._run(_scores, (q, keys, slots, lengths), scores, tasks, split)
+        np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        self._run(_weighted_values, (scores, values, slots, lengths), out, tasks, split)
+        return out
+
+    def _run(self, kernel, args: tuple, out: np.ndarray, tasks: int, split: bool) -> None:
+        if not split:
+            kernel(*args, 0, tasks, out)
+            return
+        mid = tasks // 2
+        other = self._pool.submit(kernel, *args, 0, mid, out)
+        kernel(*args, mid, tasks, out)
+        other.result()
