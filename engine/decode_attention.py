@@ -21,18 +21,19 @@ import numpy as np
 F32 = np.float32
 # reassociation lets the compiler vectorize the dot products; no flag that assumes away inf (masked scores are -inf)
 _FASTMATH = {"reassoc", "contract"}
-_MIN_SPLIT_KEYS = 1 << 16  # keys per step (summed over sequences and heads) below which one thread does it all
+_MIN_SPLIT_KEYS = 1 << 15  # keys per step (summed over sequences and heads) below which one thread does it all
 
 
 @numba.njit(nogil=True, fastmath=_FASTMATH, cache=True)
-def _scores(q, keys, slots, lengths, lo, hi, out):  # pragma: no cover - compiled
-    """out[b, j, i, t] = q[b, j, i] . keys[slots[b], j, t] for t < lengths[b], -inf after; tasks (b, j) in lo..hi."""
+def _scores(q, keys, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
+    """out[b, j, i, t] = q[b, j, i] . keys[slots[b], j, t] for t < lengths[b], -inf after; tasks (b, j) in lo..hi,
+    positions t in t0..t1."""
     n_kv, group, dim = q.shape[1], q.shape[2], q.shape[3]
     for task in range(lo, hi):
         b, j = task // n_kv, task % n_kv
-        n = lengths[b]
+        n = min(lengths[b], t1)
         kb, qb, ob = keys[slots[b], j], q[b, j], out[b, j]
-        for t in range(n):
+        for t in range(t0, n):
             row = kb[t]
             for i in range(group):
                 qi = qb[i]
@@ -41,13 +42,14 @@ def _scores(q, keys, slots, lengths, lo, hi, out):  # pragma: no cover - compile
                     acc += qi[d] * row[d]
                 ob[i, t] = acc
         for i in range(group):
-            for t in range(n, ob.shape[1]):
+            for t in range(max(n, t0), t1):
                 ob[i, t] = -np.inf
 
 
 @numba.njit(nogil=True, fastmath=_FASTMATH, cache=True)
-def _weighted_values(probs, values, slots, lengths, lo, hi, out):  # pragma: no cover - compiled
-    """out[b, j, i] = sum over t < lengths[b] of probs[b, j, i, t] * values[slots[b], j, t]; tasks (b, j) in lo..hi."""
+def _weighted_values(probs, values, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
+    """out[b, j, i] = sum over t in t0..min(t1, lengths[b]) of probs[b, j, i, t] * values[slots[b], j, t]; tasks (b, j)
+    in lo..hi."""
     n_kv, group, dim = probs.shape[1], probs.shape[2], out.shape[3]
     for task in range(lo, hi):
         b, j = task // n_kv, task % n_kv
@@ -55,7 +57,7 @@ def _weighted_values(probs, values, slots, lengths, lo, hi, out):  # pragma: no 
         for i in range(group):
             for d in range(dim):
                 ob[i, d] = 0.0
-        for t in range(lengths[b]):
+        for t in range(t0, min(lengths[b], t1)):
             row = vb[t]
             for i in range(group):
                 w = pb[i, t]
@@ -80,22 +82,38 @@ class DecodeAttention:
         Returns [B, KVH, g, D]: each query's softmax-weighted values over its sequence's first ``lengths`` keys.
         """
         b, n_kv, group, dim = q.shape
-        tasks = b * n_kv
-        scores = np.empty((b, n_kv, group, int(lengths.max())), dtype=F32)
+        tasks, width = b * n_kv, int(lengths.max())
+        scores = np.empty((b, n_kv, group, width), dtype=F32)
         out = np.empty((b, n_kv, group, dim), dtype=F32)
-        split = self._pool is not None and tasks > 1 and int(lengths.sum()) * n_kv >= self.min_split_keys
-        self._run(_scores, (q, keys, slots, lengths), scores, tasks, split)
+        if self._pool is None or int(lengths.sum()) * n_kv < self.min_split_keys:
+            _scores(q, keys, slots, lengths, 0, tasks, 0, width, scores)
+            self._softmax(scores)
+            _weighted_values(scores, values, slots, lengths, 0, tasks, 0, width, out)
+        elif tasks >= 8:  # enough (sequence, head) pairs to share out evenly: half of them each
+            mid = tasks // 2
+            self._both(_scores, (q, keys, slots, lengths), (0, mid, 0, width), (mid, tasks, 0, width), scores, scores)
+            self._softmax(scores)
+            self._both(_weighted_values, (scores, values, slots, lengths), (0, mid, 0, width), (mid, tasks, 0, width),
+                       out, out)
+        else:  # few sequences, long contexts: half of the positions each, the two partial outputs summed
+            mid = width // 2
+            self._both(_scores, (q, keys, slots, lengths), (0, tasks, 0, mid), (0, tasks, mid, width), scores, scores)
+            self._softmax(scores)
+            second = np.empty_like(out)
+            self._both(_weighted_values, (scores, values, slots, lengths), (0, tasks, 0, mid), (0, tasks, mid, width),
+                       out, second)
+            out += second
+        return out
+
+    @staticmethod
+    def _softmax(scores: np.ndarray) -> None:
         np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)
-        self._run(_weighted_values, (scores, values, slots, lengths), out, tasks, split)
-        return out
 
-    def _run(self, kernel, args: tuple, out: np.ndarray, tasks: int, split: bool) -> None:
-        if not split:
-            kernel(*args, 0, tasks, out)
-            return
-        mid = tasks // 2
-        other = self._pool.submit(kernel, *args, 0, mid, out)
-        kernel(*args, mid, tasks, out)
+    def _both(self, kernel, args: tuple, first: tuple, second: tuple, out_first: np.ndarray,
+              out_second: np.ndarray) -> None:
+        """The kernel over two parts of the work at once: the first on the pool's thread, the second on this one."""
+        other = self._pool.submit(kernel, *args, *first, out_first)
+        kernel(*args, *second, out_second)
         other.result()

@@ -169,17 +169,18 @@ def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_slab_decode_attention_matches_a_float64_reference(threads):
-    """The compiled decode attention (slots in any order, members of different lengths, work split or not) equals
-    softmax attention in float64 over each member's own keys, up to float32 summation order."""
+@pytest.mark.parametrize("slots, lengths", [([3, 0, 4], [290, 1, 137]), ([2], [290])])
+def test_slab_decode_attention_matches_a_float64_reference(threads, slots, lengths):
+    """The compiled decode attention (slots in any order, members of different lengths; on one thread, or split over
+    two by sequence and head or, for a single sequence, by position) equals softmax attention in float64 over each
+    member's own keys, up to float32 summation order."""
     from engine.decode_attention import DecodeAttention
 
     rng = np.random.default_rng(7)
     n_slots, n_kv, group, dim, capacity = 5, 3, 3, 64, 300
     keys = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32)
     values = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32)
-    slots = np.array([3, 0, 4], dtype=np.int64)
-    lengths = np.array([290, 1, 137], dtype=np.int64)
+    slots, lengths = np.array(slots, dtype=np.int64), np.array(lengths, dtype=np.int64)
     q = rng.standard_normal((len(slots), n_kv, group, dim)).astype(np.float32)
     keys[:, :, 290:] = np.nan  # past every member's end: must never be read
     values[:, :, 290:] = np.nan
