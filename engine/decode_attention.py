@@ -3,8 +3,8 @@
 numpy can only express a decode step's attention as one small matrix product per (sequence, KV head): a [g, D] x
 [D, T] product that BLAS runs far below memory speed, with a call's overhead each. These two kernels (compiled by
 numba) walk each sequence's contiguous K and V rows directly, read only its own ``length`` positions (no padding
-mask), and index slots in place (no gather of the batch's KV). The softmax between them stays in numpy, whose
-vectorized exp is faster than a scalar one in a loop.
+mask), and index slots in place (no gather of the batch's KV). The softmax between them runs over the whole batch's
+scores at once (engine/fast_exp.py for its exp).
 
 Summation order differs from a BLAS product (the sums over D and over T run in the loops' order), which is why
 tests compare against a float64 reference instead of bit for bit.
@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
+
+from engine.fast_exp import exp_nonpositive
 
 F32 = np.float32
 # reassociation lets the compiler vectorize the dot products; no flag that assumes away inf (masked scores are -inf)
@@ -108,7 +110,7 @@ class DecodeAttention:
     @staticmethod
     def _softmax(scores: np.ndarray) -> None:
         np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
-        np.exp(scores, out=scores)
+        exp_nonpositive(scores)
         scores /= scores.sum(axis=-1, keepdims=True)
 
     def _both(self, kernel, args: tuple, first: tuple, second: tuple, out_first: np.ndarray,

@@ -14,6 +14,7 @@ from engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from dataclasses import dataclass
 
 from engine.decode_attention import DecodeAttention
+from engine.fast_exp import exp_nonpositive
 from engine.kv_cache import KVSlab, SequenceKV
 
 F32 = np.float32
@@ -41,14 +42,6 @@ def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     out += F32(1.0)
     np.divide(gate, out, out=out)
     out *= up
-    return out
-
-
-def softmax_lastdim(scores: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Softmax over the last axis; ``out=scores`` works in place (no second array of the scores' size)."""
-    out = np.subtract(scores, scores.max(axis=-1, keepdims=True), out=out)
-    np.exp(out, out=out)
-    out /= out.sum(axis=-1, keepdims=True)
     return out
 
 
@@ -177,7 +170,7 @@ class LlamaModel:
                 square = scores.reshape(kvh, b1 - b0, g, total)[..., start + b0:]
                 square += CAUSAL_MASK[:b1 - b0, :b1 - b0][None, :, None, :]
             np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
-            np.exp(scores, out=scores)
+            exp_nonpositive(scores)
             block_out = out[:, b0 * g:b1 * g]
             np.matmul(scores, values[:, :total], out=block_out)
             block_out /= scores.sum(axis=-1, keepdims=True)
