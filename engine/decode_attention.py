@@ -12,13 +12,11 @@ tests compare against a float64 reference instead of bit for bit.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numba
 import numpy as np
 
 from engine.fast_exp import exp_nonpositive
+from engine.parallel import Parallel
 
 F32 = np.float32
 # reassociation lets the compiler vectorize the dot products; no flag that assumes away inf (masked scores are -inf)
@@ -69,13 +67,11 @@ def _weighted_values(probs, values, slots, lengths, lo, hi, t0, t1, out):  # pra
 
 
 class DecodeAttention:
-    """Runs the kernels over a batch, split between two threads when there is enough work (the kernels release the
-    GIL, so the split uses both cores of a small machine)."""
+    """Runs the kernels over a batch, split in two halves (see engine/parallel.py) when there is enough work."""
 
-    def __init__(self, threads: int | None = None, min_split_keys: int = _MIN_SPLIT_KEYS) -> None:
-        self.threads = min(2, os.cpu_count() or 1) if threads is None else threads
+    def __init__(self, parallel: Parallel | None = None, min_split_keys: int = _MIN_SPLIT_KEYS) -> None:
+        self.parallel = parallel or Parallel()
         self.min_split_keys = min_split_keys
-        self._pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
 
     def __call__(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray,
                  lengths: np.ndarray) -> np.ndarray:
@@ -87,35 +83,31 @@ class DecodeAttention:
         tasks, width = b * n_kv, int(lengths.max())
         scores = np.empty((b, n_kv, group, width), dtype=F32)
         out = np.empty((b, n_kv, group, dim), dtype=F32)
-        if self._pool is None or int(lengths.sum()) * n_kv < self.min_split_keys:
+        both = self.parallel.both
+        if self.parallel.threads < 2 or int(lengths.sum()) * n_kv < self.min_split_keys:
             _scores(q, keys, slots, lengths, 0, tasks, 0, width, scores)
-            self._softmax(scores)
+            _softmax(scores)
             _weighted_values(scores, values, slots, lengths, 0, tasks, 0, width, out)
         elif tasks >= 8:  # enough (sequence, head) pairs to share out evenly: half of them each
             mid = tasks // 2
-            self._both(_scores, (q, keys, slots, lengths), (0, mid, 0, width), (mid, tasks, 0, width), scores, scores)
-            self._softmax(scores)
-            self._both(_weighted_values, (scores, values, slots, lengths), (0, mid, 0, width), (mid, tasks, 0, width),
-                       out, out)
+            both(_scores, (q, keys, slots, lengths, 0, mid, 0, width, scores),
+                 (q, keys, slots, lengths, mid, tasks, 0, width, scores))
+            _softmax(scores)
+            both(_weighted_values, (scores, values, slots, lengths, 0, mid, 0, width, out),
+                 (scores, values, slots, lengths, mid, tasks, 0, width, out))
         else:  # few sequences, long contexts: half of the positions each, the two partial outputs summed
             mid = width // 2
-            self._both(_scores, (q, keys, slots, lengths), (0, tasks, 0, mid), (0, tasks, mid, width), scores, scores)
-            self._softmax(scores)
+            both(_scores, (q, keys, slots, lengths, 0, tasks, 0, mid, scores),
+                 (q, keys, slots, lengths, 0, tasks, mid, width, scores))
+            _softmax(scores)
             second = np.empty_like(out)
-            self._both(_weighted_values, (scores, values, slots, lengths), (0, tasks, 0, mid), (0, tasks, mid, width),
-                       out, second)
+            both(_weighted_values, (scores, values, slots, lengths, 0, tasks, 0, mid, out),
+                 (scores, values, slots, lengths, 0, tasks, mid, width, second))
             out += second
         return out
 
-    @staticmethod
-    def _softmax(scores: np.ndarray) -> None:
-        np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
-        exp_nonpositive(scores)
-        scores /= scores.sum(axis=-1, keepdims=True)
 
-    def _both(self, kernel, args: tuple, first: tuple, second: tuple, out_first: np.ndarray,
-              out_second: np.ndarray) -> None:
-        """The kernel over two parts of the work at once: the first on the pool's thread, the second on this one."""
-        other = self._pool.submit(kernel, *args, *first, out_first)
-        kernel(*args, *second, out_second)
-        other.result()
+def _softmax(scores: np.ndarray) -> None:
+    np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+    exp_nonpositive(scores)
+    scores /= scores.sum(axis=-1, keepdims=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from engine.decode_attention import DecodeAttention
 from engine.fast_exp import exp_nonpositive
 from engine.kv_cache import KVSlab, SequenceKV
+from engine.parallel import Parallel
 
 F32 = np.float32
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
@@ -80,7 +81,8 @@ class LlamaModel:
         self.rope = RotaryEmbedding(c.head_dim, c.rope_freq_base, c.context_length)
         self.eps = F32(c.rms_eps)
         self.scale = F32(1.0 / np.sqrt(c.head_dim))
-        self.decode_attention = DecodeAttention()
+        self.parallel = Parallel()
+        self.decode_attention = DecodeAttention(self.parallel)
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
@@ -149,19 +151,35 @@ class LlamaModel:
         """Causal grouped-query attention of n new queries over start + n cached positions. q: [n, H, D].
 
         Queries go in blocks of QUERY_BLOCK: a block attends only to the keys up to its last query, so the causal
-        half of the score matrix is never computed, and only the block's diagonal square needs a mask. Blocks are
-        small enough that their scores stay in cache between the passes over them, and the softmax's division is
-        applied to the block's output ([rows, D]) instead of to its scores ([rows, T]).
+        half of the score matrix is never computed, and only the block's diagonal square needs a mask. Two threads
+        take half of the blocks each (the cheapest paired with the dearest, so both do the same work).
         """
         c = self.config
         n, g, kvh, d = q.shape[0], c.group_size, c.n_kv_heads, c.head_dim
-        keys, values = kv.k[layer], kv.v[layer]  # [KVH, capacity, D]
         qg = q.reshape(n, kvh, g, d).transpose(1, 0, 2, 3) * self.scale  # [KVH, n, g, D]: a query's heads adjacent
         qg = qg.reshape(kvh, n * g, d)
         out = np.empty((kvh, n * g, d), dtype=F32)
-        block = min(n, QUERY_BLOCK)
-        scratch = np.empty(kvh * block * g * (start + n), dtype=F32)  # every block's scores, one after another
-        for b0 in range(0, n, QUERY_BLOCK):
+        args = (qg, kv.k[layer], kv.v[layer], start, out)  # keys, values: [KVH, capacity, D]
+        blocks = list(range(0, n, QUERY_BLOCK))
+        if len(blocks) < 2 or self.parallel.threads < 2:
+            self._attend_blocks(*args, blocks)
+        else:
+            with self.parallel.single_threaded_blas():
+                self.parallel.both(self._attend_blocks, (*args, blocks[0::4] + blocks[3::4]),
+                                   (*args, blocks[1::4] + blocks[2::4]))
+        return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
+
+    def _attend_blocks(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, out: np.ndarray,
+                       blocks: list[int]) -> None:
+        """The query blocks starting at ``blocks`` (row b0 of n new queries), into ``out`` [KVH, n * g, D].
+
+        A block's scores take one scratch buffer, small enough to stay in cache between the passes over it; the
+        softmax's division is applied to the block's output ([rows, D]) instead of to its scores ([rows, T]).
+        """
+        g, kvh = self.config.group_size, self.config.n_kv_heads
+        n = qg.shape[1] // g
+        scratch = np.empty(kvh * min(n, QUERY_BLOCK) * g * (start + n), dtype=F32)
+        for b0 in blocks:
             b1 = min(n, b0 + QUERY_BLOCK)
             total = start + b1
             scores = scratch[:kvh * (b1 - b0) * g * total].reshape(kvh, (b1 - b0) * g, total)
@@ -174,7 +192,6 @@ class LlamaModel:
             block_out = out[:, b0 * g:b1 * g]
             np.matmul(scores, values[:, :total], out=block_out)
             block_out /= scores.sum(axis=-1, keepdims=True)
-        return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
                      layer: int) -> np.ndarray:

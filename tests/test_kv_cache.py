@@ -141,15 +141,18 @@ def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolera
     assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < tolerance
 
 
-def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime):
-    """Prefill attention in query blocks (with a cached prefix, and more queries than one block) equals plain
-    causal softmax attention computed in float64, up to float32 summation order."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime, monkeypatch, threads):
+    """Prefill attention in query blocks (with a cached prefix, more queries than one block, on one thread or the
+    blocks shared by two) equals plain causal softmax attention computed in float64, up to float32 summation order."""
     from engine.model import QUERY_BLOCK
+    from engine.parallel import Parallel
 
     model = tiny_runtime.model
+    monkeypatch.setattr(model, "parallel", Parallel(threads))
     c = model.config
     rng = np.random.default_rng(6)
-    start, n = 40, QUERY_BLOCK + 60
+    start, n = 40, 3 * QUERY_BLOCK + 60
     kv = model.new_kv(capacity=start + n)
     kv.k[0, :, :start + n] = rng.standard_normal((c.n_kv_heads, start + n, c.head_dim)).astype(np.float32)
     kv.v[0, :, :start + n] = rng.standard_normal((c.n_kv_heads, start + n, c.head_dim)).astype(np.float32)
@@ -175,6 +178,7 @@ def test_slab_decode_attention_matches_a_float64_reference(threads, slots, lengt
     two by sequence and head or, for a single sequence, by position) equals softmax attention in float64 over each
     member's own keys, up to float32 summation order."""
     from engine.decode_attention import DecodeAttention
+    from engine.parallel import Parallel
 
     rng = np.random.default_rng(7)
     n_slots, n_kv, group, dim, capacity = 5, 3, 3, 64, 300
@@ -184,7 +188,7 @@ def test_slab_decode_attention_matches_a_float64_reference(threads, slots, lengt
     q = rng.standard_normal((len(slots), n_kv, group, dim)).astype(np.float32)
     keys[:, :, 290:] = np.nan  # past every member's end: must never be read
     values[:, :, 290:] = np.nan
-    got = DecodeAttention(threads, min_split_keys=0)(q, keys, values, slots, lengths)
+    got = DecodeAttention(Parallel(threads), min_split_keys=0)(q, keys, values, slots, lengths)
 
     assert got.dtype == np.float32 and got.shape == q.shape
     for row, (slot, n) in enumerate(zip(slots, lengths)):
