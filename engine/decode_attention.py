@@ -83,12 +83,22 @@ class DecodeAttention:
         tasks, width = b * n_kv, int(lengths.max())
         scores = np.empty((b, n_kv, group, width), dtype=F32)
         out = np.empty((b, n_kv, group, dim), dtype=F32)
-        both = self.parallel.both
         if self.parallel.threads < 2 or int(lengths.sum()) * n_kv < self.min_split_keys:
             _scores(q, keys, slots, lengths, 0, tasks, 0, width, scores)
             _softmax(scores)
             _weighted_values(scores, values, slots, lengths, 0, tasks, 0, width, out)
-        elif tasks >= 8:  # enough (sequence, head) pairs to share out evenly: half of them each
+        else:
+            with self.parallel.single_threaded_blas():
+                self._split(q, keys, values, slots, lengths, scores, out)
+        return out
+
+    def _split(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray, lengths: np.ndarray,
+               scores: np.ndarray, out: np.ndarray) -> None:
+        """The two kernels with their work in two halves, by (sequence, head) pair or, for few pairs, by position."""
+        b, n_kv = q.shape[:2]
+        tasks, width = b * n_kv, scores.shape[-1]
+        both = self.parallel.both
+        if tasks >= 8:  # enough (sequence, head) pairs to share out evenly: half of them each
             mid = tasks // 2
             both(_scores, (q, keys, slots, lengths, 0, mid, 0, width, scores),
                  (q, keys, slots, lengths, mid, tasks, 0, width, scores))
@@ -104,7 +114,6 @@ class DecodeAttention:
             both(_weighted_values, (scores, values, slots, lengths, 0, tasks, 0, mid, out),
                  (scores, values, slots, lengths, 0, tasks, mid, width, second))
             out += second
-        return out
 
 
 def _softmax(scores: np.ndarray) -> None:
