@@ -81,8 +81,8 @@ class LlamaModel:
         self.rope = RotaryEmbedding(c.head_dim, c.rope_freq_base, c.context_length)
         self.eps = F32(c.rms_eps)
         self.scale = F32(1.0 / np.sqrt(c.head_dim))
-        self.parallel = Parallel()
-        self.decode_attention = DecodeAttention(self.parallel)
+        self.parallel = Parallel()  # prefill attention's blocks on two threads
+        self.decode_attention = DecodeAttention()
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
