@@ -12,9 +12,9 @@ tests compare against a float64 reference instead of bit for bit.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from engine.compiled import compiled
 from engine.fast_exp import exp_nonpositive
 from engine.parallel import Parallel
 
@@ -24,7 +24,7 @@ _FASTMATH = {"reassoc", "contract"}
 _MIN_SPLIT_KEYS = 1 << 15  # keys per step (summed over sequences and heads) below which one thread does it all
 
 
-@numba.njit(nogil=True, fastmath=_FASTMATH, cache=True)
+@compiled(fastmath=_FASTMATH)
 def _scores(q, keys, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
     """out[b, j, i, t] = q[b, j, i] . keys[slots[b], j, t] for t < lengths[b], -inf after; tasks (b, j) in lo..hi,
     positions t in t0..t1."""
@@ -46,7 +46,7 @@ def _scores(q, keys, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover -
                 ob[i, t] = -np.inf
 
 
-@numba.njit(nogil=True, fastmath=_FASTMATH, cache=True)
+@compiled(fastmath=_FASTMATH)
 def _weighted_values(probs, values, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
     """out[b, j, i] = sum over t in t0..min(t1, lengths[b]) of probs[b, j, i, t] * values[slots[b], j, t]; tasks (b, j)
     in lo..hi."""

@@ -9,13 +9,14 @@ value (tests check it against float64); inputs below about -87.3, -inf included,
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from engine.compiled import compiled
 
 F32 = np.float32
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled()
 def _mantissa_and_exponent(x, exponent_bits):  # pragma: no cover - compiled
     """x = e^r in place and exponent_bits = the float32 bits of 2^n (0 where e^x underflows), for x = n ln2 + r."""
     for i in range(x.size):

@@ -19,3 +19,25 @@ def test_exp_of_nonpositive_values_within_two_ulps_and_exact_zero_below_range():
     assert got[0, 0] == 1.0 and got[0, 1] == 1.0
     assert got[0, 4] == 0.0 and got[0, 5] == 0.0  # underflow and -inf (masked scores) are exactly zero
     assert np.all((got[~normal] >= 0) & (got[~normal] <= 2 * np.finfo(np.float32).tiny))
+
+
+def test_kernels_compile_without_a_writable_cache(monkeypatch):
+    """Where numba finds nowhere to write its cache (it raises at decoration), the kernel is compiled without one."""
+    import numba
+
+    from engine.compiled import compiled
+
+    real_njit = numba.njit
+
+    def njit(*args, cache=False, **options):
+        if cache:
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'f.py'")
+        return real_njit(*args, **options)
+
+    monkeypatch.setattr(numba, "njit", njit)
+
+    @compiled()
+    def double(x):
+        return 2 * x
+
+    assert double(21) == 42
