@@ -11,11 +11,11 @@ import urllib.request
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.launcher import Stack, StackSpec
-from client.bench.backends import Sampling
-from client.bench.command import run_grpc
-from client.bench.datasets import BenchRequest
-from client.bench.runner import LoadSpec
+from pdserve.client.launcher import Stack, StackSpec
+from pdserve.client.bench.backends import Sampling
+from pdserve.client.bench.command import run_grpc
+from pdserve.client.bench.datasets import BenchRequest
+from pdserve.client.bench.runner import LoadSpec
 
 
 def _decode_step_stats(port: int) -> tuple[float, float, float]:

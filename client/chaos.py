@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from client.client import AsyncPdserveClient
-from client.launcher import Stack, StackSpec
-from kvstore.client import KVStoreClient
-from protos import common_pb2, decode_pb2_grpc
+from pdserve.client.client import AsyncPdserveClient
+from pdserve.client.launcher import Stack, StackSpec
+from pdserve.kvstore.client import KVStoreClient
+from pdserve.v1 import common_pb2, decode_pb2_grpc
 
 LEASE_TTL_S = 5.0  # the stack's lease TTL: an orphaned lease is gone after this
 COLUMNS = ("sent", "correct", "cancelled", "failed_clean", "lost", "duplicated", "wrong", "leaked_leases",
@@ -314,7 +314,7 @@ def run_chaos(model: str | None, faults: list[str], concurrency: int, prompts: i
     """``pdserve chaos``: start the matrix stack, take the fault-free answers, run each fault, print the table (and,
     with ``storm_requests``, a cancellation storm of that many requests). Exit status 1 when anything was lost,
     duplicated, wrong or leaked."""
-    from engine.runtime import model_metadata
+    from pdserve.engine.runtime import model_metadata
 
     tokenizer, _, _ = model_metadata(model)
     workload = make_workload(tokenizer.vocab_size, prompts, max_tokens)

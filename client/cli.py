@@ -12,15 +12,15 @@ from pathlib import Path
 
 import grpc
 
-from client.bench.args import add_bench_args
-from common.clock import KV_LINKS, PACE_MODES
-from perfmodel.deployment import KV_PRECISIONS
-from engine.bench import DEFAULT_BATCHES, DEFAULT_CONTEXTS, DEFAULT_PROMPT_LENS
-from engine.kv_budget import DEFAULT_KV_BLOCKS
-from engine.params import SamplingParams
-from client.launcher import DEFAULT_METRICS_BASE_PORT
-from kvstore.store import DEFAULT_CAPACITY_MB
-from router.policy import PREFILL_POLICIES
+from pdserve.client.bench.args import add_bench_args
+from pdserve.common.clock import KV_LINKS, PACE_MODES
+from pdserve.perfmodel.deployment import KV_PRECISIONS
+from pdserve.engine.bench import DEFAULT_BATCHES, DEFAULT_CONTEXTS, DEFAULT_PROMPT_LENS
+from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
+from pdserve.engine.params import SamplingParams
+from pdserve.client.launcher import DEFAULT_METRICS_BASE_PORT
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
+from pdserve.router.policy import PREFILL_POLICIES
 
 DEMO_PROMPTS = ("What is the capital of France?", "巴黎是法国的")
 
@@ -56,8 +56,8 @@ def sampling_from_args(a: argparse.Namespace) -> SamplingParams:
 
 def generate_in_process(prompt: str, params: SamplingParams, model: str | None, raw: bool) -> None:
     """Run the engine in this process and stream the answer to stdout."""
-    from engine.llm_engine import LLMEngine
-    from engine.runtime import Runtime
+    from pdserve.engine.llm_engine import LLMEngine
+    from pdserve.engine.runtime import Runtime
 
     runtime = Runtime.load(model)
     tok = runtime.tokenizer
@@ -86,7 +86,7 @@ def router_security_from_env() -> dict:
 
 def stream_from_router(target: str, request: dict, out=sys.stdout) -> str:
     """Send one request to the router and stream its text; returns the whole answer."""
-    from client.client import PdserveClient
+    from pdserve.client.client import PdserveClient
 
     text = []
     with PdserveClient(target, **router_security_from_env()) as client:
@@ -135,7 +135,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
 
 
 def stack_spec_from_args(a: argparse.Namespace):
-    from client.launcher import StackSpec
+    from pdserve.client.launcher import StackSpec
 
     return StackSpec(model=a.model, n_prefill=a.prefill, n_decode=a.decode, n_kvstore=a.kvstore_shards,
                      colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
@@ -146,12 +146,12 @@ def stack_spec_from_args(a: argparse.Namespace):
 
 
 def cmd_up(a: argparse.Namespace) -> int:
-    from client.launcher import Stack
+    from pdserve.client.launcher import Stack
 
     spec = stack_spec_from_args(a)
     spec.tls = a.tls
     if a.auth_token_file:
-        from router.auth import load_token
+        from pdserve.router.auth import load_token
 
         spec.auth_token = load_token(a.auth_token_file)
     stack = Stack(spec, inherit_output=a.verbose)
@@ -165,7 +165,7 @@ def cmd_up(a: argparse.Namespace) -> int:
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())
         if a.prometheus_config:
-            from client.prometheus_config import write_scrape_config
+            from pdserve.client.prometheus_config import write_scrape_config
 
             rules = [a.prometheus_rules] if a.prometheus_rules else None
             path = write_scrape_config(stack, a.prometheus_config, rule_files=rules,
@@ -192,7 +192,7 @@ def cmd_up(a: argparse.Namespace) -> int:
 
 def cmd_demo(a: argparse.Namespace) -> int:
     """Start the whole stack, ask the source article's two prompts, stop the stack."""
-    from client.launcher import Stack
+    from pdserve.client.launcher import Stack
 
     with Stack(stack_spec_from_args(a)) as stack:
         print("stack up:\n" + stack.describe(), flush=True)
@@ -204,7 +204,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def cmd_chaos(a: argparse.Namespace) -> int:
-    from client.chaos import run_chaos
+    from pdserve.client.chaos import run_chaos
 
     faults = [f for f in a.faults.split(",") if f]
     return run_chaos(a.model, faults, a.concurrency, a.prompts, a.max_tokens, a.before_s, a.after_s,
@@ -212,7 +212,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from client.bench.command import cmd_bench as bench
+    from pdserve.client.bench.command import cmd_bench as bench
 
     if a.command == "bench-serving":  # the old name of the comparison
         a.compare = True
@@ -226,8 +226,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 def cmd_bench_engine(a: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from engine.bench import format_rows, rows_as_dicts, run_engine_bench
-    from engine.runtime import Runtime
+    from pdserve.engine.bench import format_rows, rows_as_dicts, run_engine_bench
+    from pdserve.engine.runtime import Runtime
 
     batches = tuple(int(x) for x in a.batches.split(","))
     lens = tuple(int(x) for x in a.prompt_lens.split(",") if x)
@@ -244,7 +244,7 @@ def cmd_bench_engine(a: argparse.Namespace) -> int:
 
 
 def cmd_bench_pacing(a: argparse.Namespace) -> int:
-    from client.bench_pacing import format_pacing, run_pacing_bench
+    from pdserve.client.bench_pacing import format_pacing, run_pacing_bench
 
     levels = tuple(int(x) for x in a.concurrency.split(","))
     rows = run_pacing_bench(levels, a.prompt_len, a.output_len, a.time_scale)
@@ -256,7 +256,7 @@ def cmd_bench_pacing(a: argparse.Namespace) -> int:
 
 
 def cmd_perf(a: argparse.Namespace) -> int:
-    from perfmodel.report import format_report, scenario_report
+    from pdserve.perfmodel.report import format_report, scenario_report
 
     try:
         lens = [int(x) for x in a.prefill_lens.split(",") if x.strip()]
@@ -384,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="then a cancellation storm of this many requests, a third cancelled at random moments")
     p.set_defaults(func=cmd_chaos)
 
-    from sim.cli import register as register_sim  # pdserve simulate / plan
+    from pdserve.sim.cli import register as register_sim  # pdserve simulate / plan
 
     register_sim(sub)
     return parser

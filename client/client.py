@@ -1,6 +1,6 @@
 """Python client for the router, sync and asyncio, over the generated stubs.
 
-    from client.client import PdserveClient
+    from pdserve.client.client import PdserveClient
     with PdserveClient("127.0.0.1:50050") as c:
         for chunk in c.generate(messages=[{"role": "user", "content": "Hi"}], max_tokens=32, temperature=0):
             print(chunk.text, end="")
@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from common.convert import sampling_to_proto
-from common.server import GRPC_OPTIONS
-from engine.params import SamplingParams
-from protos import router_pb2, router_pb2_grpc
+from pdserve.common.convert import sampling_to_proto
+from pdserve.common.server import GRPC_OPTIONS
+from pdserve.engine.params import SamplingParams
+from pdserve.v1 import router_pb2, router_pb2_grpc
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:

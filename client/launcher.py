@@ -20,8 +20,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engine.kv_budget import DEFAULT_KV_BLOCKS
-from kvstore.store import DEFAULT_CAPACITY_MB
+from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 
 
 def wait_http_ok(url: str, deadline: float, popen: subprocess.Popen, name: str, log_tail) -> None:
@@ -130,7 +130,7 @@ class Stack:
         internal: list[str] = []
         router: list[str] = []
         if self.spec.tls:
-            from common.certs import make_ca
+            from pdserve.common.certs import make_ca
 
             self.tls_files = make_ca(self.log_dir / "tls", ["pdserve"])["pdserve"]
             f = self.tls_files

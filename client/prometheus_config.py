@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from client.launcher import Stack
+from pdserve.client.launcher import Stack
 
 JOBS = {"router": "router", "kvstore": "kvstore", "prefill_server": "prefill", "decode_server": "decode"}
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 
-from common.metrics import MODELED_STEP_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_STEP_BUCKETS
-from perfmodel.deployment import KV_PRECISIONS, check_deployment, deployment_from_args
-from perfmodel.timing import TimingModel
+from pdserve.common.metrics import MODELED_STEP_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_STEP_BUCKETS
+from pdserve.perfmodel.deployment import KV_PRECISIONS, check_deployment, deployment_from_args
+from pdserve.perfmodel.timing import TimingModel
 
 PACE_MODES = ("off", "realtime")
 KV_LINKS = ("nvlink", "rdma", "pcie")  # the hand-off paths TimingModel.kv_transfer_time prices

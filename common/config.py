@@ -11,8 +11,8 @@ import argparse
 import os
 import sys
 
-from common.tls import add_tls_flags
-from engine.kv_cache import DEFAULT_BLOCK_TOKENS
+from pdserve.common.tls import add_tls_flags
+from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")

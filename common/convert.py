@@ -7,10 +7,10 @@ field lists stay equal).
 
 from __future__ import annotations
 
-from engine.logprobs import TokenLogprobs
-from engine.params import SamplingParams
-from engine.stop import StepResult
-from protos import common_pb2
+from pdserve.engine.logprobs import TokenLogprobs
+from pdserve.engine.params import SamplingParams
+from pdserve.engine.stop import StepResult
+from pdserve.v1 import common_pb2
 
 _SAMPLING_FIELDS = common_pb2.SamplingParams.DESCRIPTOR.fields
 # Unset on the wire means something other than the in-process default: max_tokens runs to the end of the context.

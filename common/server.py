@@ -12,8 +12,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from common import tls
-from common.metrics import MetricsInterceptor, request_id_var
+from pdserve.common import tls
+from pdserve.common.metrics import MetricsInterceptor, request_id_var
 
 log = logging.getLogger("pdserve")
 

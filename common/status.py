@@ -17,7 +17,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from engine.params import InvalidParameter
+from pdserve.engine.params import InvalidParameter
 
 FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): ")
 RETRY_AFTER_S = 1.0  # what RESOURCE_EXHAUSTED suggests: the queues of a busy stack drain in about that long

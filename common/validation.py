@@ -6,9 +6,9 @@ and forwards the sampling message unchanged.
 
 from __future__ import annotations
 
-from common.convert import sampling_from_proto
-from engine.params import InvalidParameter, SamplingParams, validate_request
-from protos import common_pb2
+from pdserve.common.convert import sampling_from_proto
+from pdserve.engine.params import InvalidParameter, SamplingParams, validate_request
+from pdserve.v1 import common_pb2
 
 MAX_REQUEST_ID_CHARS = 128
 

@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from common.clock import StepClock, add_perf_flags, clock_from_args
-from common.metrics import MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS, ClockPair, set_process_info
-from common.config import FlagParser, add_model_flags, service_parser, split_targets
-from common.server import serve, setup_logging
-from common.tls import configure_from_args
-from engine.runtime import Runtime, default_served_name
-from engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
-from engine.sequence import Sequence
-from engine.stop import FinishReason, StepResult
-from kvstore.client import KVStoreClient
-from protos import common_pb2
+from pdserve.common.clock import StepClock, add_perf_flags, clock_from_args
+from pdserve.common.metrics import MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS, ClockPair, set_process_info
+from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
+from pdserve.common.server import serve, setup_logging
+from pdserve.common.tls import configure_from_args
+from pdserve.engine.runtime import Runtime, default_served_name
+from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
+from pdserve.engine.sequence import Sequence
+from pdserve.engine.stop import FinishReason, StepResult
+from pdserve.kvstore.client import KVStoreClient
+from pdserve.v1 import common_pb2
 
 log = logging.getLogger("pdserve.worker")
 

@@ -1,3 +1,3 @@
-from decode_server.server import main
+from pdserve.decode_server.server import main
 
 main()

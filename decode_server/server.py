@@ -9,20 +9,20 @@ import time
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.convert import token_step
-from common.metrics import RPC_BUCKETS
-from common.status import abort_exhausted, abort_invalid
-from common.validation import check_worker_request
-from common.worker import ITL, Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
-from engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
-from engine.params import InvalidParameter
-from engine.runtime import DEFAULT_SLAB_TOKENS
-from engine.scheduler import Role
-from engine.sequence import Sequence
-from engine.stop import FinishReason
-from kvstore.client import KVIntegrityError, KVStoreClient
-from perfmodel.deployment import deployment_from_args, kv_capacity_tokens
-from protos import decode_pb2, decode_pb2_grpc
+from pdserve.common.convert import token_step
+from pdserve.common.metrics import RPC_BUCKETS
+from pdserve.common.status import abort_exhausted, abort_invalid
+from pdserve.common.validation import check_worker_request
+from pdserve.common.worker import ITL, Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
+from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
+from pdserve.engine.params import InvalidParameter
+from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
+from pdserve.engine.scheduler import Role
+from pdserve.engine.sequence import Sequence
+from pdserve.engine.stop import FinishReason
+from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
+from pdserve.perfmodel.deployment import deployment_from_args, kv_capacity_tokens
+from pdserve.v1 import decode_pb2, decode_pb2_grpc
 
 log = logging.getLogger("pdserve.decode")
 

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from engine.kv_cache import block_nbytes
-from engine.params import SamplingParams
-from engine.runtime import Runtime
+from pdserve.engine.kv_cache import block_nbytes
+from pdserve.engine.params import SamplingParams
+from pdserve.engine.runtime import Runtime
 
 DEFAULT_BATCHES = (1, 8, 32)
 DEFAULT_CONTEXTS = (64, 512, 1024, 2048)  # attention's share of a decode step grows with the context

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.compiled import compiled
-from engine.fast_exp import exp_nonpositive
-from engine.parallel import Parallel
+from pdserve.engine.compiled import compiled
+from pdserve.engine.fast_exp import exp_nonpositive
+from pdserve.engine.parallel import Parallel
 
 F32 = np.float32
 # reassociation lets the compiler vectorize the dot products; no flag that assumes away inf (masked scores are -inf)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.compiled import compiled
+from pdserve.engine.compiled import compiled
 
 F32 = np.float32
 

@@ -12,7 +12,7 @@ import hashlib
 
 import numpy as np
 
-from engine.gguf_model import ModelConfig
+from pdserve.engine.gguf_model import ModelConfig
 
 DEFAULT_BLOCK_TOKENS = 16
 KV_DTYPE = "float32"

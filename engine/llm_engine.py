@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from engine.params import InvalidParameter, SamplingParams, validate_request
-from engine.runtime import Runtime
-from engine.scheduler import Role, Scheduler, SchedulerConfig
-from engine.sequence import Sequence
-from engine.stop import StepResult
+from pdserve.engine.params import InvalidParameter, SamplingParams, validate_request
+from pdserve.engine.runtime import Runtime
+from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sequence import Sequence
+from pdserve.engine.stop import StepResult
 
 
 class LLMEngine:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
+from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from dataclasses import dataclass
 
-from engine.decode_attention import DecodeAttention
-from engine.fast_exp import exp_nonpositive
-from engine.kv_cache import KVSlab, SequenceKV
-from engine.parallel import Parallel
+from pdserve.engine.decode_attention import DecodeAttention
+from pdserve.engine.fast_exp import exp_nonpositive
+from pdserve.engine.kv_cache import KVSlab, SequenceKV
+from pdserve.engine.parallel import Parallel
 
 F32 = np.float32
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.default_model import resolve_model_path
-from engine.gguf_model import ModelConfig, load_gguf, read_metadata
-from engine.kv_cache import DEFAULT_BLOCK_TOKENS, KVSlab
-from engine.model import LlamaModel
-from engine.logprobs import token_logprobs
-from engine.params import SamplingParams, sample_params
-from engine.sampling import Sampler
-from engine.scheduler import Step, StepOutput
-from engine.sequence import Sequence
-from engine.stop import StepResult, StopChecker
-from engine.synthetic import SYNTHETIC_NAME, load_synthetic
-from engine.tokenizer import GGUFTokenizer, IncrementalDetokenizer
+from pdserve.engine.default_model import resolve_model_path
+from pdserve.engine.gguf_model import ModelConfig, load_gguf, read_metadata
+from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS, KVSlab
+from pdserve.engine.model import LlamaModel
+from pdserve.engine.logprobs import token_logprobs
+from pdserve.engine.params import SamplingParams, sample_params
+from pdserve.engine.sampling import Sampler
+from pdserve.engine.scheduler import Step, StepOutput
+from pdserve.engine.sequence import Sequence
+from pdserve.engine.stop import StepResult, StopChecker
+from pdserve.engine.synthetic import SYNTHETIC_NAME, load_synthetic
+from pdserve.engine.tokenizer import GGUFTokenizer, IncrementalDetokenizer
 
 DEFAULT_SLAB_SEQS = 64
 DEFAULT_SLAB_TOKENS = 2048

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.params import SamplingParams
+from pdserve.engine.params import SamplingParams
 
 
 class Sampler:

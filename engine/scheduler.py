@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from engine.kv_budget import KVBudget, KVBudgetExceeded
-from engine.kv_cache import DEFAULT_BLOCK_TOKENS
-from engine.sequence import Sequence
-from engine.stop import FinishReason, StepResult
+from pdserve.engine.kv_budget import KVBudget, KVBudgetExceeded
+from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS
+from pdserve.engine.sequence import Sequence
+from pdserve.engine.stop import FinishReason, StepResult
 
 log = logging.getLogger("pdserve.scheduler")
 

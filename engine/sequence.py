@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.kv_cache import SequenceKV
-from engine.params import InvalidParameter, SamplingParams
-from engine.sampling import Sampler
-from engine.stop import FinishReason, StepResult, StopChecker
-from engine.tokenizer import IncrementalDetokenizer
+from pdserve.engine.kv_cache import SequenceKV
+from pdserve.engine.params import InvalidParameter, SamplingParams
+from pdserve.engine.sampling import Sampler
+from pdserve.engine.stop import FinishReason, StepResult, StopChecker
+from pdserve.engine.tokenizer import IncrementalDetokenizer
 
 
 @dataclass

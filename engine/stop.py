@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from engine.logprobs import TokenLogprobs
-from engine.params import SamplingParams
+from pdserve.engine.logprobs import TokenLogprobs
+from pdserve.engine.params import SamplingParams
 
 
 class FinishReason(str, Enum):

@@ -15,10 +15,10 @@ import hashlib
 
 import numpy as np
 
-from engine.default_model import default_model_path
-from engine.gguf_model import ModelConfig, read_metadata
-from engine.kv_cache import KVSlab, SequenceKV
-from engine.tokenizer import GGUFTokenizer
+from pdserve.engine.default_model import default_model_path
+from pdserve.engine.gguf_model import ModelConfig, read_metadata
+from pdserve.engine.kv_cache import KVSlab, SequenceKV
+from pdserve.engine.tokenizer import GGUFTokenizer
 
 SYNTHETIC_NAME = "synthetic"
 SOURCE_TEXT = (

@@ -13,7 +13,7 @@ import gguf
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from engine.gguf_model import ModelLoadError, field_value
+from pdserve.engine.gguf_model import ModelLoadError, field_value
 
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4

@@ -1,3 +1,3 @@
-from kvstore.server import main
+from pdserve.kvstore.server import main
 
 main()

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import grpc
 
-from common.server import channel
-from kvstore.wire import chunks_of
-from kvstore.store import checksum
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.common.server import channel
+from pdserve.kvstore.wire import chunks_of
+from pdserve.kvstore.store import checksum
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore.client")
 

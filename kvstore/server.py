@@ -9,15 +9,15 @@ import math
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.metrics import RPC_BUCKETS, set_process_info
+from pdserve.common.metrics import RPC_BUCKETS, set_process_info
 
-from common.server import serve, setup_logging
-from common.status import abort_code, abort_exhausted
-from common.config import FlagParser, service_parser
-from common.tls import configure_from_args
-from kvstore.wire import chunks_of
-from kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
-from protos import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.common.server import serve, setup_logging
+from pdserve.common.status import abort_code, abort_exhausted
+from pdserve.common.config import FlagParser, service_parser
+from pdserve.common.tls import configure_from_args
+from pdserve.kvstore.wire import chunks_of
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, BlockStore, ChecksumMismatch, StoreFull, UnknownBlock
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protos import kvstore_pb2
+from pdserve.v1 import kvstore_pb2
 
 CHUNK_BYTES = 1 << 20  # 1 MiB, far below gRPC's 4 MiB default
 

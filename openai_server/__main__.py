@@ -1,3 +1,3 @@
-from openai_server.server import main
+from pdserve.openai_server.server import main
 
 main()

@@ -21,12 +21,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException
 
-from client.client import AsyncPdserveClient
-from common.metrics import WALL_REQUEST_BUCKETS
-from openai_server.errors import ApiError, error_response, from_grpc
-from openai_server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, SamplingFields,
-                                    TokenizeRequest, chat_messages, parse)
-from openai_server.responses import Shaper
+from pdserve.client.client import AsyncPdserveClient
+from pdserve.common.metrics import WALL_REQUEST_BUCKETS
+from pdserve.openai_server.errors import ApiError, error_response, from_grpc
+from pdserve.openai_server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, SamplingFields,
+                                            TokenizeRequest, chat_messages, parse)
+from pdserve.openai_server.responses import Shaper
 
 log = logging.getLogger("pdserve.openai")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import grpc
 from fastapi.responses import JSONResponse
 
-from common.status import violated_field
+from pdserve.common.status import violated_field
 
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from openai_server.errors import ApiError
+from pdserve.openai_server.errors import ApiError
 
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]

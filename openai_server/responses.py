@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from protos import common_pb2, router_pb2
+from pdserve.v1 import common_pb2, router_pb2
 
 # pdserve's finish reasons -> OpenAI's. "repetition" is a stop rule (the output looped); "abort" and "error" end the
 # answer early, and OpenAI has no value for them: the extra field tells them apart.

@@ -10,10 +10,10 @@ from __future__ import annotations
 import uvicorn
 from prometheus_client import start_http_server
 
-from common.config import service_parser
-from common.server import setup_logging
-from common.tls import configure_from_args
-from openai_server.app import create_app
+from pdserve.common.config import service_parser
+from pdserve.common.server import setup_logging
+from pdserve.common.tls import configure_from_args
+from pdserve.openai_server.app import create_app
 
 
 def main(argv: list[str] | None = None) -> None:

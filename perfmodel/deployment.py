@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfmodel.hardware import GPU, gpu as gpu_by_name
-from perfmodel.memory import MemoryFit, memory_fit
-from perfmodel.models import ModelProfile, model_profile
-from perfmodel.parallel import ParallelConfig
-from perfmodel.timing import SOFTWARE, TimingModel
+from pdserve.perfmodel.hardware import GPU, gpu as gpu_by_name
+from pdserve.perfmodel.memory import MemoryFit, memory_fit
+from pdserve.perfmodel.models import ModelProfile, model_profile
+from pdserve.perfmodel.parallel import ParallelConfig
+from pdserve.perfmodel.timing import SOFTWARE, TimingModel
 
 
 KV_PRECISIONS = ("", "bf16", "fp8")  # "": the model's own

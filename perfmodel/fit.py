@@ -13,8 +13,8 @@ import json
 
 import numpy as np
 
-from perfmodel import overheads
-from perfmodel.validate import evaluate, format_table, rows, validate
+from pdserve.perfmodel import overheads
+from pdserve.perfmodel.validate import evaluate, format_table, rows, validate
 
 # (table key, constant): the calibration rows it is fitted on. Rows must be marked "calibration" in the CSV.
 PLAN: dict[tuple[str, str], list[str]] = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from perfmodel.hardware import GPU
-from perfmodel.models import BYTES_PER_PARAM, ModelProfile
-from perfmodel.parallel import ParallelConfig
+from pdserve.perfmodel.hardware import GPU
+from pdserve.perfmodel.models import BYTES_PER_PARAM, ModelProfile
+from pdserve.perfmodel.parallel import ParallelConfig
 
 # Activations, CUDA graphs, allocator slack, communication buffers: SGLang's default --mem-fraction-static leaves
 # roughly this share of usable memory outside the weights + KV pool on 8-GPU Hopper nodes.

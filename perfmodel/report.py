@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from perfmodel.deployment import Deployment, check_scenario
-from perfmodel.timing import Breakdown
+from pdserve.perfmodel.deployment import Deployment, check_scenario
+from pdserve.perfmodel.timing import Breakdown
 
 
 def scenario_report(model: str, hardware: str, gpus: int, tp: int, ep: int, prefill_lens: list[int],

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.hardware import GPU, GIGA, gpu as gpu_by_name
-from perfmodel.models import BYTES_PER_PARAM, ModelProfile, model_profile
-from perfmodel.overheads import Overheads, global_constant, overheads
-from perfmodel.parallel import ParallelConfig
-from perfmodel.routing import ExpertLoad, expert_load
+from pdserve.perfmodel.hardware import GPU, GIGA, gpu as gpu_by_name
+from pdserve.perfmodel.models import BYTES_PER_PARAM, ModelProfile, model_profile
+from pdserve.perfmodel.overheads import Overheads, global_constant, overheads
+from pdserve.perfmodel.parallel import ParallelConfig
+from pdserve.perfmodel.routing import ExpertLoad, expert_load
 
 MICRO = 1e-6
 

@@ -25,9 +25,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfmodel.models import model_profile
-from perfmodel.parallel import ParallelConfig
-from perfmodel.timing import SOFTWARE, TimingModel
+from pdserve.perfmodel.models import model_profile
+from pdserve.perfmodel.parallel import ParallelConfig
+from pdserve.perfmodel.timing import SOFTWARE, TimingModel
 
 DATA = Path(__file__).resolve().parent / "data" / "published_measurements.csv"
 GOAL = 0.15  # every held-out row within +-15%

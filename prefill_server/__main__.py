@@ -1,3 +1,3 @@
-from prefill_server.server import main
+from pdserve.prefill_server.server import main
 
 main()

@@ -10,19 +10,19 @@ import uuid
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.convert import token_step
-from common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
-from common.status import abort_code, abort_exhausted, abort_invalid
-from common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
-from common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
-from engine.kv_cache import block_keys, tail_block_key
-from engine.params import InvalidParameter
-from engine.scheduler import Role
-from engine.sequence import Sequence
-from kvstore.client import DEFAULT_LEASE_TTL_S, BlockData, KVIntegrityError, KVStoreClient
-from kvstore.store import MAX_LEASE_TTL_S
-from prefill_server.prefix_cache import LocalPrefixCache
-from protos import common_pb2, prefill_pb2, prefill_pb2_grpc
+from pdserve.common.convert import token_step
+from pdserve.common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
+from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
+from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
+from pdserve.common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
+from pdserve.engine.kv_cache import block_keys, tail_block_key
+from pdserve.engine.params import InvalidParameter
+from pdserve.engine.scheduler import Role
+from pdserve.engine.sequence import Sequence
+from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, BlockData, KVIntegrityError, KVStoreClient
+from pdserve.kvstore.store import MAX_LEASE_TTL_S
+from pdserve.prefill_server.prefix_cache import LocalPrefixCache
+from pdserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
 
 log = logging.getLogger("pdserve.prefill")
 

@@ -1,3 +1,3 @@
-from router.server import main
+from pdserve.router.server import main
 
 main()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from router.metrics import REJECTED
+from pdserve.router.metrics import REJECTED
 
 PROTECTED_PREFIX = "/pdserve.v1.Router/"
 TOKEN_ENV = "PDSERVE_AUTH_TOKEN"

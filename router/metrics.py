@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from common.metrics import TOKEN_COUNT_BUCKETS, ClockPair, MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS
-from engine.stop import FinishReason
-from protos import common_pb2
+from pdserve.common.metrics import TOKEN_COUNT_BUCKETS, ClockPair, MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS
+from pdserve.engine.stop import FinishReason
+from pdserve.v1 import common_pb2
 
 M = ("model_name",)
 FINISH_REASONS = tuple(r.value for r in FinishReason)  # stop, length, repetition, abort, error

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 
-from router.workers import Worker
+from pdserve.router.workers import Worker
 
 PREFILL_POLICIES = ("round_robin", "least_loaded", "cache_aware")
 

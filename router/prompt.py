@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from common.convert import sampling_from_proto
-from common.validation import check_request_id
-from engine.params import InvalidParameter, SamplingParams, validate_request
-from engine.tokenizer import GGUFTokenizer
-from protos import router_pb2
+from pdserve.common.convert import sampling_from_proto
+from pdserve.common.validation import check_request_id
+from pdserve.engine.params import InvalidParameter, SamplingParams, validate_request
+from pdserve.engine.tokenizer import GGUFTokenizer
+from pdserve.v1 import router_pb2
 
 MAX_PROMPT_CHARS = 1_000_000
 MAX_MESSAGES = 1024

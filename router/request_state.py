@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from protos import common_pb2, decode_pb2, prefill_pb2
+from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2
 
 
 @dataclass

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
-from common.config import FlagParser, add_model_flags, service_parser, split_targets
-from common.metrics import set_process_info
-from common.server import serve, setup_logging
-from common.tls import configure_from_args
-from engine.runtime import model_metadata
-from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
-from protos import router_pb2, router_pb2_grpc
-from router.metrics import init_labels
-from router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token
-from router.policy import PREFILL_POLICIES, PrefillPolicy
-from router.service import RouterConfig, RouterService
-from router.workers import decode_pool, prefill_pool, split_target
+from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
+from pdserve.common.metrics import set_process_info
+from pdserve.common.server import serve, setup_logging
+from pdserve.common.tls import configure_from_args
+from pdserve.engine.runtime import model_metadata
+from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
+from pdserve.v1 import router_pb2, router_pb2_grpc
+from pdserve.router.metrics import init_labels
+from pdserve.router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token
+from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
+from pdserve.router.service import RouterConfig, RouterService
+from pdserve.router.workers import decode_pool, prefill_pool, split_target
 
 
 def build_parser() -> FlagParser:

@@ -10,24 +10,24 @@ from dataclasses import dataclass
 
 import grpc
 
-from common.metrics import request_id_var
-from common.convert import sampling_from_proto, sampling_to_proto
-from common.status import abort_code, abort_invalid, exhausted_status
-from common.validation import check_request_id
-from engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys
-from engine.params import InvalidParameter, sample_params
-from engine.tokenizer import GGUFTokenizer
-from kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
-from protos import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
-from router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
-from router.policy import PrefillPolicy
-from router.prompt import RequestValidator
-from router.request_state import Inflight, RequestState, total_usage
-from router.streams import merge
-from router.tokens import TokenPieces
-from router.tokenize import TokenizeRPCs
-from router.upstream import StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode
-from router.workers import WorkerPool
+from pdserve.common.metrics import request_id_var
+from pdserve.common.convert import sampling_from_proto, sampling_to_proto
+from pdserve.common.status import abort_code, abort_invalid, exhausted_status
+from pdserve.common.validation import check_request_id
+from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys
+from pdserve.engine.params import InvalidParameter, sample_params
+from pdserve.engine.tokenizer import GGUFTokenizer
+from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
+from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
+from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
+from pdserve.router.policy import PrefillPolicy
+from pdserve.router.prompt import RequestValidator
+from pdserve.router.request_state import Inflight, RequestState, total_usage
+from pdserve.router.streams import merge
+from pdserve.router.tokens import TokenPieces
+from pdserve.router.tokenize import TokenizeRPCs
+from pdserve.router.upstream import StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode
+from pdserve.router.workers import WorkerPool
 
 log = logging.getLogger("pdserve.router")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine.tokenizer import GGUFTokenizer
-from protos import common_pb2
+from pdserve.engine.tokenizer import GGUFTokenizer
+from pdserve.v1 import common_pb2
 
 
 def token_text(raw: bytes) -> str:

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from common.server import request_metadata
-from protos import decode_pb2, prefill_pb2
-from router.metrics import RETRIES, ROUTED
-from router.policy import PrefillPolicy, choose_decode
-from router.workers import WorkerPool
+from pdserve.common.server import request_metadata
+from pdserve.v1 import decode_pb2, prefill_pb2
+from pdserve.router.metrics import RETRIES, ROUTED
+from pdserve.router.policy import PrefillPolicy, choose_decode
+from pdserve.router.workers import WorkerPool
 
 log = logging.getLogger("pdserve.router")
 

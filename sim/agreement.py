@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import itertools
 
-from client.bench.arrivals import arrival_stream
-from client.bench.backends import Sampling
-from client.bench.command import run_grpc
-from client.bench.datasets import random_requests
-from client.bench.metrics import summarize
-from client.bench.runner import LoadSpec
-from client.launcher import Stack, StackSpec
-from engine.scheduler import Role
-from perfmodel.deployment import Deployment
-from sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
-from sim.report import summary
+from pdserve.client.bench.arrivals import arrival_stream
+from pdserve.client.bench.backends import Sampling
+from pdserve.client.bench.command import run_grpc
+from pdserve.client.bench.datasets import random_requests
+from pdserve.client.bench.metrics import summarize
+from pdserve.client.bench.runner import LoadSpec
+from pdserve.client.launcher import Stack, StackSpec
+from pdserve.engine.scheduler import Role
+from pdserve.perfmodel.deployment import Deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
+from pdserve.sim.report import summary
 
 COMPARED = (("mean TTFT", "mean_ttft_ms"), ("mean TPOT", "mean_tpot_ms"), ("request throughput", "request_throughput"),
             ("output throughput", "output_throughput"))

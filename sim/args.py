@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from client.bench.datasets import DATASETS
-from perfmodel.deployment import Deployment
+from pdserve.client.bench.datasets import DATASETS
+from pdserve.perfmodel.deployment import Deployment
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:

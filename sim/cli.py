@@ -7,26 +7,26 @@ import argparse
 
 
 def _simulate(a: argparse.Namespace) -> int:
-    from sim.command import cmd_simulate
+    from pdserve.sim.command import cmd_simulate
 
     return cmd_simulate(a)
 
 
 def _speed(a: argparse.Namespace) -> int:
-    from sim.speed import cmd_speed
+    from pdserve.sim.speed import cmd_speed
 
     return cmd_speed(a)
 
 
 def _plan(a: argparse.Namespace) -> int:
-    from sim.plan_command import cmd_plan
+    from pdserve.sim.plan_command import cmd_plan
 
     return cmd_plan(a)
 
 
 def register(sub) -> None:
-    from sim.args import add_simulate_args
-    from sim.args import add_plan_args
+    from pdserve.sim.args import add_simulate_args
+    from pdserve.sim.args import add_plan_args
 
     p = sub.add_parser("simulate", help="discrete-event simulation of a P/D cluster in virtual time")
     add_simulate_args(p)

@@ -16,16 +16,16 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.kv_budget import KVBudgetExceeded
-from engine.scheduler import Role, SchedulerConfig
-from engine.stop import FinishReason
-from perfmodel.deployment import Deployment, check_deployment, kv_capacity_tokens
-from router.policy import PrefillPolicy, choose_decode
-from sim.events import ARRIVAL, KICK, EventQueue
-from sim.instance import Instance
-from sim.prefix_cache import PrefixCache, block_keys
-from sim.sequence import SimSequence
-from sim.steptime import StepTimer
+from pdserve.engine.kv_budget import KVBudgetExceeded
+from pdserve.engine.scheduler import Role, SchedulerConfig
+from pdserve.engine.stop import FinishReason
+from pdserve.perfmodel.deployment import Deployment, check_deployment, kv_capacity_tokens
+from pdserve.router.policy import PrefillPolicy, choose_decode
+from pdserve.sim.events import ARRIVAL, KICK, EventQueue
+from pdserve.sim.instance import Instance
+from pdserve.sim.prefix_cache import PrefixCache, block_keys
+from pdserve.sim.sequence import SimSequence
+from pdserve.sim.steptime import StepTimer
 
 
 @dataclass

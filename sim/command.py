@@ -7,13 +7,13 @@ import json
 import math
 import sys
 
-from client.bench.metrics import parse_goodput, parse_percentiles
-from client.bench.report import result_json, save_json
-from engine.scheduler import Role
-from sim.args import parse_deployment
-from sim.cluster import Cluster, ClusterSpec, Pool, SimResult
-from sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
-from sim.workload import build_workload
+from pdserve.client.bench.metrics import parse_goodput, parse_percentiles
+from pdserve.client.bench.report import result_json, save_json
+from pdserve.engine.scheduler import Role
+from pdserve.sim.args import parse_deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
+from pdserve.sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
+from pdserve.sim.workload import build_workload
 
 
 def cluster_spec(a: argparse.Namespace) -> ClusterSpec:
@@ -59,7 +59,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         save_json(a.save_result, payload)
         print(f"result written to {a.save_result}", file=sys.stderr)
     if a.plot:
-        from sim.plot import plot_instances
+        from pdserve.sim.plot import plot_instances
 
         print(f"plot written to {plot_instances(rows, a.plot, result.spec.describe())}", file=sys.stderr)
     return 0

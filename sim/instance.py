@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
-from perfmodel.deployment import Deployment
-from router.workers import Worker as RouterWorker
-from sim.sequence import SimSequence, free_kv, run_decode, run_prefill
-from sim.steptime import StepTimer
+from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
+from pdserve.perfmodel.deployment import Deployment
+from pdserve.router.workers import Worker as RouterWorker
+from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
+from pdserve.sim.steptime import StepTimer
 
 
 @dataclass

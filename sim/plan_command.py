@@ -9,10 +9,10 @@ import re
 import sys
 import time
 
-from client.bench.report import save_json
-from perfmodel.deployment import Deployment
-from sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
-from sim.workload import build_workload
+from pdserve.client.bench.report import save_json
+from pdserve.perfmodel.deployment import Deployment
+from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
+from pdserve.sim.workload import build_workload
 
 BASELINE = Deployment()  # the source article's: DeepSeek-R1 on 8 x H20-141G, TP8 EP8, colocated
 
@@ -92,7 +92,7 @@ def explain(planner: Planner, winner: Outcome) -> tuple[list[str], dict]:
 
 def sensitivity(planner: Planner, winner: Candidate, baseline: Candidate) -> tuple[list[str], list[dict]]:
     """Goodput per GPU of the winner and the baseline with one timing assumption changed at a time."""
-    from sim.sensitivity import VARIANTS, variant
+    from pdserve.sim.sensitivity import VARIANTS, variant
 
     lines, rows = ["sensitivity (goodput per GPU, winner / baseline):"], []
     for name, why, change in VARIANTS:

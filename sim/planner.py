@@ -12,11 +12,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from client.bench.arrivals import arrival_stream
-from engine.scheduler import Role
-from perfmodel.deployment import Deployment, check_deployment
-from sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
-from sim.report import instance_rows, summary
+from pdserve.client.bench.arrivals import arrival_stream
+from pdserve.engine.scheduler import Role
+from pdserve.perfmodel.deployment import Deployment, check_deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
+from pdserve.sim.report import instance_rows, summary
 
 
 ATTAINMENT = 0.9  # the share of requests that must meet both SLOs (the SLOs are 90th percentiles)

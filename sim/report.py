@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from client.bench.metrics import summarize
-from client.bench.record import RequestRecord
-from client.bench.report import format_result
-from client.bench.runner import LoadSpec, RunResult
-from sim.cluster import SimResult
-from sim.instance import Instance
+from pdserve.client.bench.metrics import summarize
+from pdserve.client.bench.record import RequestRecord
+from pdserve.client.bench.report import format_result
+from pdserve.client.bench.runner import LoadSpec, RunResult
+from pdserve.sim.cluster import SimResult
+from pdserve.sim.instance import Instance
 
 SERIES_BINS = 60
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from perfmodel.deployment import Deployment
-from perfmodel.timing import TimingModel
+from pdserve.perfmodel.deployment import Deployment
+from pdserve.perfmodel.timing import TimingModel
 
 
 def _scaled_overhead(factor: float) -> Callable[[TimingModel], None]:

@@ -7,7 +7,7 @@ them when a step has run (KV grows, a token is appended, the workload's output l
 
 from __future__ import annotations
 
-from engine.stop import FinishReason, StepResult
+from pdserve.engine.stop import FinishReason, StepResult
 
 CONTINUES = StepResult("")  # the scheduler only asks ``result.finished``: two shared results serve every token
 FINISHED = StepResult("", FinishReason.LENGTH)

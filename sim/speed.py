@@ -10,12 +10,12 @@ import argparse
 import itertools
 import time
 
-from client.bench.arrivals import arrival_stream
-from client.bench.datasets import random_requests
-from engine.scheduler import Role
-from perfmodel.deployment import Deployment
-from sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
-from sim.report import format_speed, summary
+from pdserve.client.bench.arrivals import arrival_stream
+from pdserve.client.bench.datasets import random_requests
+from pdserve.engine.scheduler import Role
+from pdserve.perfmodel.deployment import Deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
+from pdserve.sim.report import format_speed, summary
 
 
 def speed_run(num_prompts: int = 10_000, nodes: int = 16, prefill: int = 6, rate: float = 30.0,

@@ -10,7 +10,7 @@ on their exact (new tokens, cached tokens) shape.
 
 from __future__ import annotations
 
-from perfmodel.timing import TimingModel
+from pdserve.perfmodel.timing import TimingModel
 
 _C0, _C1 = 1024, 9216  # the two uniform contexts that fix the affine law (any two distinct values give the same)
 

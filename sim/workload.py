@@ -12,18 +12,18 @@ import argparse
 import itertools
 import zlib
 
-from client.bench import datasets as ds
-from client.bench.arrivals import schedule
-from client.bench.backends import ServedModel
-from client.bench.command import build_requests
-from sim.cluster import SimRequest
+from pdserve.client.bench import datasets as ds
+from pdserve.client.bench.arrivals import schedule
+from pdserve.client.bench.backends import ServedModel
+from pdserve.client.bench.command import build_requests
+from pdserve.sim.cluster import SimRequest
 
 DEFAULT_VOCAB = 49152  # SmolLM2's, what `pdserve bench` gets from a pdserve router
 
 
 def _tokenizer(name: str | None):
     try:
-        from engine.runtime import model_metadata
+        from pdserve.engine.runtime import model_metadata
 
         return model_metadata(name)[0]
     except (FileNotFoundError, ValueError, ImportError):

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 
-from protos import common_pb2, router_pb2, router_pb2_grpc
+from pdserve.v1 import common_pb2, router_pb2, router_pb2_grpc
 
 TTFT_S = 0.20
 ITL_S = 0.05

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.default_model import default_model_path
-from engine.runtime import Runtime
+from pdserve.engine.default_model import default_model_path
+from pdserve.engine.runtime import Runtime
 from tests.tiny_model import write_tiny_model
 
 
@@ -36,7 +36,7 @@ def tiny_long_model_path(tmp_path_factory) -> Path:
 
 
 def start_stack(**spec_kwargs):
-    from client.launcher import Stack, StackSpec
+    from pdserve.client.launcher import Stack, StackSpec
 
     return Stack(StackSpec(**spec_kwargs)).start()
 

@@ -32,7 +32,7 @@ def wait_until(condition, timeout_s: float = 15.0, what: str = "condition"):
 
 def reference(runtime, prompts: list[list[int]], params_list):
     """Outputs of the in-process engine for the same prompts and parameters."""
-    from engine.llm_engine import LLMEngine
+    from pdserve.engine.llm_engine import LLMEngine
 
     return LLMEngine(runtime).generate(prompts, params_list)
 
@@ -41,7 +41,7 @@ def kv_leases(stack) -> int:
     """Leases held across a stack's kvstore shards."""
     import asyncio
 
-    from kvstore.client import KVStoreClient
+    from pdserve.kvstore.client import KVStoreClient
 
     async def count() -> int:
         kv = KVStoreClient([p.target for p in stack.kvstores])

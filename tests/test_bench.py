@@ -13,14 +13,14 @@ import math
 import numpy as np
 import pytest
 
-from client.bench import datasets as ds
-from client.bench.arrivals import arrival_offsets, modeled_makespan
-from client.bench.backends import GrpcBackend, OpenAIBackend, Sampling
-from client.bench.command import with_backend
-from client.bench.metrics import parse_goodput, summarize
-from client.bench.report import format_result, result_json
-from client.bench.runner import LoadSpec, run
-from client.cli import main as pdserve
+from pdserve.client.bench import datasets as ds
+from pdserve.client.bench.arrivals import arrival_offsets, modeled_makespan
+from pdserve.client.bench.backends import GrpcBackend, OpenAIBackend, Sampling
+from pdserve.client.bench.command import with_backend
+from pdserve.client.bench.metrics import parse_goodput, summarize
+from pdserve.client.bench.report import format_result, result_json
+from pdserve.client.bench.runner import LoadSpec, run
+from pdserve.client.cli import main as pdserve
 from tests import bench_fakes as fake
 
 SLACK = 0.5  # upper bound: expected x (1 + SLACK) + 10 ms

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from client.cli import main as pdserve_main
+from pdserve.client.cli import main as pdserve_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def pdserve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pdserve.client.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=180)
 
 

@@ -14,13 +14,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from engine.gguf_model import ModelLoadError, load_gguf
+from pdserve.engine.gguf_model import ModelLoadError, load_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def pdserve(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pdserve.client.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, **kwargs)
 
 
@@ -55,7 +55,7 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_up_serves_then_stops_every_process_on_sigterm(tiny_model_path, tmp_path):
     model = tmp_path / "up-test-model.gguf"  # a unique path to find this stack's processes by
     model.write_bytes(Path(tiny_model_path).read_bytes())
-    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "up", "--model", str(model), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "pdserve.client.cli", "up", "--model", str(model), "--port", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         lines = []

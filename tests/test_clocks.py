@@ -2,12 +2,12 @@
 
 import pytest
 
-from client.client import PdserveClient
-from engine.llm_engine import LLMEngine
-from engine.params import SamplingParams
-from engine.runtime import Runtime
-from perfmodel.parallel import ParallelConfig
-from perfmodel.timing import TimingModel
+from pdserve.client.client import PdserveClient
+from pdserve.engine.llm_engine import LLMEngine
+from pdserve.engine.params import SamplingParams
+from pdserve.engine.runtime import Runtime
+from pdserve.perfmodel.parallel import ParallelConfig
+from pdserve.perfmodel.timing import TimingModel
 from tests.conftest import start_stack
 from tests.helpers import scrape
 
@@ -89,7 +89,7 @@ def test_a_worker_refuses_a_modeled_deployment_that_cannot_run():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "decode_server", "--model", "synthetic", "--perf-gpus", "1",
+    done = subprocess.run([sys.executable, "-m", "pdserve.decode_server", "--model", "synthetic", "--perf-gpus", "1",
                            "--perf-tp", "1", "--perf-ep", "1"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "modeled deployment: gpus: weights of" in done.stderr and "Traceback" not in done.stderr
@@ -98,8 +98,8 @@ def test_a_worker_refuses_a_modeled_deployment_that_cannot_run():
 def test_decode_takes_its_kv_budget_from_the_modeled_deployment():
     import grpc
 
-    from perfmodel.deployment import Deployment, kv_capacity_tokens
-    from protos import common_pb2, decode_pb2_grpc
+    from pdserve.perfmodel.deployment import Deployment, kv_capacity_tokens
+    from pdserve.v1 import common_pb2, decode_pb2_grpc
 
     stack = start_stack(model="synthetic", extra={"decode": ["--kv-budget", "modeled"]})
     try:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from common.worker import worker_parser
-from kvstore.server import build_parser as kvstore_parser
+from pdserve.common.worker import worker_parser
+from pdserve.kvstore.server import build_parser as kvstore_parser
 
 
 def parse(monkeypatch, env: dict, argv: list[str]):
@@ -49,7 +49,7 @@ def test_fault_injection_cannot_be_switched_on_from_the_environment(monkeypatch,
 
 
 def test_boolean_variables(monkeypatch):
-    from router.server import build_parser as router_parser
+    from pdserve.router.server import build_parser as router_parser
 
     monkeypatch.setenv("PDSERVE_COLOCATED", "yes")
     assert router_parser().parse_args([]).colocated is True

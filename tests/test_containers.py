@@ -9,9 +9,9 @@ import os
 import grpc
 import pytest
 
-from client.client import PdserveClient
-from client.launcher import free_port
-from protos import router_pb2, router_pb2_grpc
+from pdserve.client.client import PdserveClient
+from pdserve.client.launcher import free_port
+from pdserve.v1 import router_pb2, router_pb2_grpc
 from tests.containers import IMAGE, build_image, compose_command, podman_env, run
 from tests.helpers import wait_until
 from tests.prom import query

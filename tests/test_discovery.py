@@ -15,9 +15,9 @@ import pytest
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from client.launcher import free_port
-from protos import common_pb2
-from router.workers import decode_pool, is_discovered, split_target
+from pdserve.client.launcher import free_port
+from pdserve.v1 import common_pb2
+from pdserve.router.workers import decode_pool, is_discovered, split_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ def two_replicas(tiny_model_path, tmp_path_factory):
         for host in ("127.0.0.1", "127.0.0.2"):
             log = logs / f"decode-{host}.log"
             procs.append((subprocess.Popen(
-                [sys.executable, "-m", "decode_server", "--model", str(tiny_model_path), "--kvstore", "",
+                [sys.executable, "-m", "pdserve.decode_server", "--model", str(tiny_model_path), "--kvstore", "",
                  "--host", host, "--port", str(port)], env=env, cwd=ROOT, stdout=log.open("w"),
                 stderr=subprocess.STDOUT), log))
             wait_serving(f"{host}:{port}", *procs[-1])

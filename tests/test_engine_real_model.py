@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from engine.llm_engine import LLMEngine
-from engine.params import SamplingParams
-from engine.stop import FinishReason
+from pdserve.engine.llm_engine import LLMEngine
+from pdserve.engine.params import SamplingParams
+from pdserve.engine.stop import FinishReason
 
 pytestmark = pytest.mark.real_model
 

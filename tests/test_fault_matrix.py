@@ -5,13 +5,13 @@ import asyncio
 
 import pytest
 
-from client.chaos import FAULTS, format_table, make_workload, matrix_spec, run_matrix
-from client.launcher import Stack
+from pdserve.client.chaos import FAULTS, format_table, make_workload, matrix_spec, run_matrix
+from pdserve.client.launcher import Stack
 
 
 @pytest.fixture(scope="module")
 def matrix(tiny_model_path, tiny_runtime):
-    from client.chaos import fault_free
+    from pdserve.client.chaos import fault_free
 
     workload = make_workload(tiny_runtime.config.vocab_size, n=8, max_tokens=16)
     with Stack(matrix_spec(str(tiny_model_path))) as stack:

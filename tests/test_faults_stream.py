@@ -13,10 +13,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from client.client import AsyncPdserveClient, PdserveClient
-from engine.params import SamplingParams
-from kvstore.client import KVStoreClient
-from protos import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from pdserve.client.client import AsyncPdserveClient, PdserveClient
+from pdserve.engine.params import SamplingParams
+from pdserve.kvstore.client import KVStoreClient
+from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import kv_leases, reference, scrape, wait_until
 

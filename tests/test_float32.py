@@ -2,7 +2,7 @@
 
 import numpy as np
 
-import engine.model as model_module
+import pdserve.engine.model as model_module
 
 
 def test_forward_is_float32_everywhere(tiny_runtime, monkeypatch):

@@ -8,9 +8,9 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from client.client import AsyncPdserveClient, PdserveClient
-from engine.llm_engine import LLMEngine
-from engine.params import InvalidParameter, SamplingParams, sample_params
+from pdserve.client.client import AsyncPdserveClient, PdserveClient
+from pdserve.engine.llm_engine import LLMEngine
+from pdserve.engine.params import InvalidParameter, SamplingParams, sample_params
 from tests.conftest import start_stack
 from tests.helpers import kv_leases, scrape, wait_until
 from tests.test_services_faults import decode_load
@@ -80,7 +80,7 @@ def stack(tiny_long_model_path):
 
 @pytest.fixture(scope="module")
 def long_runtime(tiny_long_model_path):
-    from engine.runtime import Runtime
+    from pdserve.engine.runtime import Runtime
 
     return Runtime.load(tiny_long_model_path)
 

@@ -82,8 +82,8 @@ def test_deployments_name_images_modules_flags_ports_and_probes_that_exist():
 
 
 def test_autoscalers_scale_deployments_on_metrics_the_workers_export():
-    from decode_server import server as decode
-    from prefill_server import server as prefill
+    from pdserve.decode_server import server as decode
+    from pdserve.prefill_server import server as prefill
 
     exported = {m._name for m in (prefill.WAITING_TOKENS, decode.KV_USAGE, decode.WAITING)}
     names = {d["metadata"]["name"] for d in resources() if d["kind"] == "Deployment"}

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from engine.kv_cache import KVSlab, SequenceKV, block_keys, block_nbytes
-from engine.params import SamplingParams
+from pdserve.engine.kv_cache import KVSlab, SequenceKV, block_keys, block_nbytes
+from pdserve.engine.params import SamplingParams
 
 
 def recompute_logits(model, ids):
@@ -129,7 +129,7 @@ def test_block_keys_are_chained_and_stable():
                                                    ("Q5_1", 0.15), ("Q4_1", 0.4), ("Q4_0", 0.3)])
 def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolerance):
     """Every supported tensor type dequantizes to weights whose logits stay near the F32 original."""
-    from engine.runtime import Runtime
+    from pdserve.engine.runtime import Runtime
     from tests.tiny_model import write_tiny_model
 
     reference_rt = Runtime.load(write_tiny_model(tmp_path / "f32.gguf"))
@@ -145,8 +145,8 @@ def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolera
 def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime, monkeypatch, threads):
     """Prefill attention in query blocks (with a cached prefix, more queries than one block, on one thread or the
     blocks shared by two) equals plain causal softmax attention computed in float64, up to float32 summation order."""
-    from engine.model import QUERY_BLOCK
-    from engine.parallel import Parallel
+    from pdserve.engine.model import QUERY_BLOCK
+    from pdserve.engine.parallel import Parallel
 
     model = tiny_runtime.model
     monkeypatch.setattr(model, "parallel", Parallel(threads))
@@ -177,8 +177,8 @@ def test_slab_decode_attention_matches_a_float64_reference(threads, slots, lengt
     """The compiled decode attention (slots in any order, members of different lengths; on one thread, or split over
     two by sequence and head or, for a single sequence, by position) equals softmax attention in float64 over each
     member's own keys, up to float32 summation order."""
-    from engine.decode_attention import DecodeAttention
-    from engine.parallel import Parallel
+    from pdserve.engine.decode_attention import DecodeAttention
+    from pdserve.engine.parallel import Parallel
 
     rng = np.random.default_rng(7)
     n_slots, n_kv, group, dim, capacity = 5, 3, 3, 64, 300

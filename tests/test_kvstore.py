@@ -6,8 +6,8 @@ import zlib
 import grpc
 import pytest
 
-from kvstore.client import BlockData, KVIntegrityError, KVStoreClient, rendezvous_shard
-from kvstore.store import BlockStore, ChecksumMismatch, StoreFull
+from pdserve.kvstore.client import BlockData, KVIntegrityError, KVStoreClient, rendezvous_shard
+from pdserve.kvstore.store import BlockStore, ChecksumMismatch, StoreFull
 
 
 def crc(data):
@@ -89,7 +89,7 @@ def test_rendezvous_is_stable_and_spreads():
 
 @pytest.fixture(scope="module")
 def small_kvstores():
-    from client.launcher import Stack, StackSpec
+    from pdserve.client.launcher import Stack, StackSpec
 
     stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=0.001, fault_injection=True))
     stack.start(60)

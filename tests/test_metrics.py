@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from client.client import PdserveClient
-from client.launcher import Stack, StackSpec, metrics_port_for
-from client.prometheus_config import scrape_config
-from common.metrics import MODELED_REQUEST_BUCKETS, MODELED_STEP_BUCKETS, RPC_BUCKETS
+from pdserve.client.client import PdserveClient
+from pdserve.client.launcher import Stack, StackSpec, metrics_port_for
+from pdserve.client.prometheus_config import scrape_config
+from pdserve.common.metrics import MODELED_REQUEST_BUCKETS, MODELED_STEP_BUCKETS, RPC_BUCKETS
 from tests.conftest import start_stack
 from tests.helpers import require_tool, scrape
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from engine.fast_exp import exp_nonpositive
+from pdserve.engine.fast_exp import exp_nonpositive
 
 
 def test_exp_of_nonpositive_values_within_two_ulps_and_exact_zero_below_range():
@@ -25,7 +25,7 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
     """Where numba finds nowhere to write its cache (it raises at decoration), the kernel is compiled without one."""
     import numba
 
-    from engine.compiled import compiled
+    from pdserve.engine.compiled import compiled
 
     real_njit = numba.njit
 

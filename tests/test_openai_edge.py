@@ -9,8 +9,8 @@ import grpc
 import httpx
 import pytest
 
-from openai_server.app import create_app
-from protos import common_pb2, router_pb2
+from pdserve.openai_server.app import create_app
+from pdserve.v1 import common_pb2, router_pb2
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -98,7 +98,7 @@ def test_the_rich_status_names_the_field():
     """The router's BadRequest.FieldViolation is what names ``param`` (the details' prefix is only a fallback)."""
     from google.rpc import error_details_pb2
 
-    from common.status import rich_status
+    from pdserve.common.status import rich_status
 
     violation = error_details_pb2.BadRequest.FieldViolation(field="prompt.chat.messages[0].role")
     status = rich_status(grpc.StatusCode.INVALID_ARGUMENT, "no prefix here: 'wizard' is not a role",
@@ -303,8 +303,8 @@ def test_stop_reason_follows_vllm(stop_ids, reason, want):
 
 
 def test_router_down_is_503_and_unhealthy():
-    from client.client import AsyncPdserveClient
-    from client.launcher import free_port
+    from pdserve.client.client import AsyncPdserveClient
+    from pdserve.client.launcher import free_port
 
     async def go():
         router = AsyncPdserveClient(f"127.0.0.1:{free_port()}")  # nothing listens there
@@ -321,7 +321,7 @@ def test_router_down_is_503_and_unhealthy():
 
 
 def test_oversized_body_is_413_not_a_retryable_error():
-    from openai_server.app import MAX_BODY_BYTES
+    from pdserve.openai_server.app import MAX_BODY_BYTES
 
     router = ScriptedRouter()
     r = post(router, "/v1/completions", json.dumps({"prompt": "x" * (MAX_BODY_BYTES + 1)}).encode())

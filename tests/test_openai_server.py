@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
-from client.client import PdserveClient
-from protos import router_pb2, router_pb2_grpc
+from pdserve.client.client import PdserveClient
+from pdserve.v1 import router_pb2, router_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import kv_leases, scrape, wait_until
 from tests.test_cli import _processes_mentioning
@@ -330,7 +330,7 @@ def test_overload_is_429_with_retry_after_and_a_deadline_is_504(tiny_long_model_
 def test_pdserve_up_http_port(tiny_model_path, tmp_path):
     model = tmp_path / "up-http-model.gguf"
     model.write_bytes(Path(tiny_model_path).read_bytes())
-    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "up", "--model", str(model), "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "pdserve.client.cli", "up", "--model", str(model), "--port", "0",
                              "--http-port", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         lines = []

@@ -5,8 +5,8 @@ import asyncio
 import grpc
 import pytest
 
-from client.chaos import fault_free, held, make_workload, rss_mb, storm, wait_idle
-from client.client import AsyncPdserveClient
+from pdserve.client.chaos import fault_free, held, make_workload, rss_mb, storm, wait_idle
+from pdserve.client.client import AsyncPdserveClient
 from tests.conftest import start_stack
 from tests.helpers import scrape
 

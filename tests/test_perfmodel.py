@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.deployment import (Deployment, check_deployment, check_scenario, deployment_from_args,
-                                  kv_capacity_tokens)
-from perfmodel.fit import PLAN, fit
-from perfmodel.hardware import gpu
-from perfmodel.memory import memory_fit
-from perfmodel.models import DEEPSEEK_R1, MODELS
-from perfmodel.parallel import ParallelConfig
-from perfmodel.routing import expert_load
-from perfmodel.timing import TimingModel, allreduce_seconds, expected_distinct_experts
-from perfmodel.validate import GOAL, KNOWN_MISSES, batch_trend, format_table, rows, summary, validate
+from pdserve.perfmodel.deployment import (Deployment, check_deployment, check_scenario, deployment_from_args,
+                                          kv_capacity_tokens)
+from pdserve.perfmodel.fit import PLAN, fit
+from pdserve.perfmodel.hardware import gpu
+from pdserve.perfmodel.memory import memory_fit
+from pdserve.perfmodel.models import DEEPSEEK_R1, MODELS
+from pdserve.perfmodel.parallel import ParallelConfig
+from pdserve.perfmodel.routing import expert_load
+from pdserve.perfmodel.timing import TimingModel, allreduce_seconds, expected_distinct_experts
+from pdserve.perfmodel.validate import GOAL, KNOWN_MISSES, batch_trend, format_table, rows, summary, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = validate()
@@ -190,7 +190,7 @@ def test_scenarios_that_cannot_run_are_refused(kwargs, field):
 
 
 def _perf(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client.cli", "perf", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pdserve.client.cli", "perf", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from protos.generate import generate
+from pdserve.v1.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,16 +21,16 @@ def test_sampling_message_and_params_carry_the_same_fields():
     """The conversion walks the message's fields by name: a field added on one side only must fail here."""
     from dataclasses import fields
 
-    from engine.params import SamplingParams
-    from protos import common_pb2
+    from pdserve.engine.params import SamplingParams
+    from pdserve.v1 import common_pb2
 
     assert {f.name for f in common_pb2.SamplingParams.DESCRIPTOR.fields} == {f.name for f in fields(SamplingParams)}
 
 
 def test_sampling_round_trip_keeps_defaults_for_unset_fields():
-    from common.convert import sampling_from_proto, sampling_to_proto
-    from engine.params import SamplingParams
-    from protos import common_pb2
+    from pdserve.common.convert import sampling_from_proto, sampling_to_proto
+    from pdserve.engine.params import SamplingParams
+    from pdserve.v1 import common_pb2
 
     params = SamplingParams(max_tokens=7, temperature=0.5, seed=3, stop=["x", "yz"], stop_token_ids=[4],
                             ignore_eos=True, repetition_max_period=5)

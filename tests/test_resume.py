@@ -3,8 +3,8 @@ of an uninterrupted run, whatever the split point (sampler counts and seeded pos
 
 import pytest
 
-from engine.llm_engine import LLMEngine
-from engine.params import InvalidParameter, SamplingParams
+from pdserve.engine.llm_engine import LLMEngine
+from pdserve.engine.params import InvalidParameter, SamplingParams
 
 PROMPT = list(range(3, 40))
 CASES = {

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from engine.params import InvalidParameter, SamplingParams
-from engine.sampling import Sampler
+from pdserve.engine.params import InvalidParameter, SamplingParams
+from pdserve.engine.sampling import Sampler
 
 V = 50
 

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from engine.kv_budget import KVBudgetExceeded
-from engine.llm_engine import LLMEngine
-from engine.params import SamplingParams
-from engine.scheduler import Role, Scheduler, SchedulerConfig
-from engine.stop import FinishReason
+from pdserve.engine.kv_budget import KVBudgetExceeded
+from pdserve.engine.llm_engine import LLMEngine
+from pdserve.engine.params import SamplingParams
+from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.stop import FinishReason
 
 GREEDY = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client.client import AsyncPdserveClient, PdserveClient
-from common.certs import make_ca
-from protos import kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
+from pdserve.client.client import AsyncPdserveClient, PdserveClient
+from pdserve.common.certs import make_ca
+from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import scrape
 
@@ -124,7 +124,7 @@ def test_bad_tls_paths_stop_the_service_naming_the_flag(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "kvstore", "--port", "0", "--tls-cert", str(tmp_path / "none.pem"),
+    out = subprocess.run([sys.executable, "-m", "pdserve.kvstore", "--port", "0", "--tls-cert", str(tmp_path / "none.pem"),
                           "--tls-key", str(tmp_path / "none.key")], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode != 0 and "--tls-cert" in out.stderr and "Traceback" not in out.stderr

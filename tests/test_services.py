@@ -8,10 +8,10 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from client.client import AsyncPdserveClient, PdserveClient
-from common.convert import sampling_to_proto
-from engine.params import SamplingParams
-from protos import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from pdserve.client.client import AsyncPdserveClient, PdserveClient
+from pdserve.common.convert import sampling_to_proto
+from pdserve.engine.params import SamplingParams
+from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 from tests.helpers import kv_leases, reference, wait_until
 
 
@@ -105,8 +105,8 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize("kwargs,field", BAD_REQUESTS, ids=[f for _, f in BAD_REQUESTS])
 def test_bad_input_is_invalid_argument_and_service_keeps_serving(tiny_stack, kwargs, field):
-    from client.client import build_request
-    from protos import router_pb2_grpc
+    from pdserve.client.client import build_request
+    from pdserve.v1 import router_pb2_grpc
 
     with grpc.insecure_channel(tiny_stack.router_target) as ch:
         stub = router_pb2_grpc.RouterStub(ch)
@@ -114,7 +114,7 @@ def test_bad_input_is_invalid_argument_and_service_keeps_serving(tiny_stack, kwa
             request = build_request(**kwargs) if "model" not in kwargs else build_request(
                 kwargs["prompt"], model=kwargs["model"])
         else:
-            from protos import router_pb2
+            from pdserve.v1 import router_pb2
             request = router_pb2.GenerateRequest()
         with pytest.raises(grpc.RpcError) as err:
             list(stub.Generate(request))

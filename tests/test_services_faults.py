@@ -9,9 +9,9 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from client.client import AsyncPdserveClient, PdserveClient
-from engine.params import SamplingParams, sample_params
-from protos import common_pb2, decode_pb2_grpc
+from pdserve.client.client import AsyncPdserveClient, PdserveClient
+from pdserve.engine.params import SamplingParams, sample_params
+from pdserve.v1 import common_pb2, decode_pb2_grpc
 from tests.conftest import start_stack
 from tests.helpers import kv_leases, reference, scrape, wait_until
 

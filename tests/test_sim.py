@@ -8,13 +8,13 @@ import random
 
 import pytest
 
-from client.cli import main as cli_main
-from engine.scheduler import Role, Scheduler
-from perfmodel.deployment import Deployment
-from sim.args import parse_deployment
-from sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
-from sim.report import instance_rows, summary
-from sim.steptime import StepTimer
+from pdserve.client.cli import main as cli_main
+from pdserve.engine.scheduler import Role, Scheduler
+from pdserve.perfmodel.deployment import Deployment
+from pdserve.sim.args import parse_deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
+from pdserve.sim.report import instance_rows, summary
+from pdserve.sim.steptime import StepTimer
 
 D = Deployment()
 

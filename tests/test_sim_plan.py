@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from client.cli import main as cli_main
-from sim.plan_command import parse_duration
-from sim.planner import candidates
+from pdserve.client.cli import main as cli_main
+from pdserve.sim.plan_command import parse_duration
+from pdserve.sim.planner import candidates
 
 
 def test_candidates_use_the_smallest_instance_that_holds_the_model():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from client.client import PdserveClient
-from engine.params import SamplingParams
+from pdserve.client.client import PdserveClient
+from pdserve.engine.params import SamplingParams
 from tests.conftest import start_stack
 from tests.helpers import reference
 

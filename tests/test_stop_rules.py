@@ -4,8 +4,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from engine.params import SamplingParams
-from engine.stop import FinishReason, StopChecker
+from pdserve.engine.params import SamplingParams
+from pdserve.engine.stop import FinishReason, StopChecker
 
 EOS = 2
 
@@ -98,7 +98,7 @@ def test_abort_flushes_held_text():
 
 def test_engine_min_tokens_masks_stop_ids(tiny_runtime):
     """The sampler never picks a stop id (or EOS) before min_tokens, so generation really runs that long."""
-    from engine.llm_engine import LLMEngine
+    from pdserve.engine.llm_engine import LLMEngine
 
     prompt = [1, 100, 101, 102]
     first = LLMEngine(tiny_runtime).generate([prompt], SamplingParams(max_tokens=1, temperature=0.0))[0].output_ids[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from client.bench.datasets import DATASETS
+from pdserve.client.bench.datasets import DATASETS
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:

@@ -17,8 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from client.bench.datasets import BenchRequest
-from client.bench.record import RequestRecord, Stopwatch
+from pdserve.client.bench.datasets import BenchRequest
+from pdserve.client.bench.record import RequestRecord, Stopwatch
 
 
 class BenchError(RuntimeError):
@@ -42,7 +42,7 @@ class GrpcBackend:
     name = "pdserve-grpc"
 
     def __init__(self, target: str, timeout_s: float | None = None) -> None:
-        from client.client import AsyncPdserveClient
+        from pdserve.client.client import AsyncPdserveClient
 
         self.target = target
         self.timeout_s = timeout_s
@@ -51,7 +51,7 @@ class GrpcBackend:
     async def check(self) -> ServedModel:
         import grpc
 
-        from protos import router_pb2
+        from pdserve.v1 import router_pb2
 
         try:
             reply = await self.client.stub.ListModels(router_pb2.ListModelsRequest(), timeout=10.0)
@@ -205,8 +205,8 @@ class InProcessBackend:
     name = "in-process"
 
     def __init__(self, model: str | None, max_num_seqs: int = 64) -> None:
-        from engine.llm_engine import LLMEngine
-        from engine.runtime import Runtime
+        from pdserve.engine.llm_engine import LLMEngine
+        from pdserve.engine.runtime import Runtime
 
         self.runtime = Runtime.load(model)
         self.engine = LLMEngine(self.runtime, max_num_seqs=max_num_seqs)
@@ -245,7 +245,7 @@ class InProcessBackend:
                 loop.call_soon_threadsafe(_deliver, batch)
 
     async def send(self, request: BenchRequest, record: RequestRecord, sampling: Sampling) -> None:
-        from engine.params import SamplingParams
+        from pdserve.engine.params import SamplingParams
 
         tok = self.runtime.tokenizer
         if request.token_ids is not None:

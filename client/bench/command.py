@@ -10,11 +10,11 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 
-from client.bench import datasets as ds
-from client.bench.backends import BenchError, GrpcBackend, OpenAIBackend, Sampling, ServedModel
-from client.bench.metrics import parse_goodput, parse_percentiles, summarize
-from client.bench.report import format_result, result_json, save_json
-from client.bench.runner import LoadSpec, RunResult, run
+from pdserve.client.bench import datasets as ds
+from pdserve.client.bench.backends import BenchError, GrpcBackend, OpenAIBackend, Sampling, ServedModel
+from pdserve.client.bench.metrics import parse_goodput, parse_percentiles, summarize
+from pdserve.client.bench.report import format_result, result_json, save_json
+from pdserve.client.bench.runner import LoadSpec, RunResult, run
 
 DEFAULT_OUTPUT_LEN = 128
 DEFAULT_RANDOM_PROMPTS = 100
@@ -31,7 +31,7 @@ def load_spec(a: argparse.Namespace, **overrides) -> LoadSpec:
 def _token_counter(a: argparse.Namespace):
     """Counts reply tokens for ShareGPT: the GGUF tokenizer when one is at hand, else about 4 characters a token."""
     try:
-        from engine.runtime import model_metadata
+        from pdserve.engine.runtime import model_metadata
 
         tokenizer = model_metadata(a.tokenizer or a.model)[0]
         return lambda text: len(tokenizer.encode(text, add_bos=False))
@@ -113,11 +113,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
     percentiles = parse_percentiles(a.metric_percentiles)
     slo = parse_goodput(a.goodput)
     if a.compare:
-        from client.bench.compare import run_compare
+        from pdserve.client.bench.compare import run_compare
 
         return run_compare(a, percentiles, slo)
     if a.sweep:
-        from client.bench.sweep import run_sweep
+        from pdserve.client.bench.sweep import run_sweep
 
         return run_sweep(a, percentiles, slo)
     load_spec(a)  # flag errors before connecting

@@ -21,11 +21,11 @@ import urllib.request
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.bench.backends import BenchError, InProcessBackend, ServedModel
-from client.bench.command import build_requests, default_result_path, load_spec, run_config, run_grpc, with_backend
-from client.bench.metrics import summarize
-from client.bench.report import format_result, result_json, save_json
-from client.bench.runner import LoadSpec, run
+from pdserve.client.bench.backends import BenchError, InProcessBackend, ServedModel
+from pdserve.client.bench.command import build_requests, default_result_path, load_spec, run_config, run_grpc, with_backend
+from pdserve.client.bench.metrics import summarize
+from pdserve.client.bench.report import format_result, result_json, save_json
+from pdserve.client.bench.runner import LoadSpec, run
 
 MODES = ("in_process", "disaggregated", "colocated")
 
@@ -45,7 +45,7 @@ def step_wall_seconds(metrics_ports: list[int], phase: str) -> float | None:
 
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run)."""
-    from client.launcher import Stack, StackSpec
+    from pdserve.client.launcher import Stack, StackSpec
 
     with Stack(StackSpec(model=model, colocated=colocated, metrics=True)) as stack:
         ports = [p.metrics_port for p in (stack.decodes if colocated else stack.prefills)]
@@ -104,7 +104,7 @@ def format_comparison(workload: str, points: dict[str, dict]) -> str:
 
 
 def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict[str, float]) -> int:
-    from engine.runtime import model_metadata
+    from pdserve.engine.runtime import model_metadata
 
     if a.target or a.base_url:
         raise ValueError("--compare starts its own stacks: drop --target / --base-url")

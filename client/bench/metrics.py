@@ -14,9 +14,9 @@ from collections import Counter
 
 import numpy as np
 
-from client.bench.arrivals import modeled_makespan
-from client.bench.record import RequestRecord
-from client.bench.runner import RunResult
+from pdserve.client.bench.arrivals import modeled_makespan
+from pdserve.client.bench.record import RequestRecord
+from pdserve.client.bench.runner import RunResult
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 MODELED_METRICS = ("ttft", "tpot", "e2el")

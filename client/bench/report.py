@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from client.bench.metrics import METRICS, MODELED_METRICS, percentile_key
-from client.bench.runner import RunResult
+from pdserve.client.bench.metrics import METRICS, MODELED_METRICS, percentile_key
+from pdserve.client.bench.runner import RunResult
 
 WIDTH = 64
 SECTIONS = {"ttft": ("Time to First Token", "TTFT"), "tpot": ("Time per Output Token (excl. 1st token)", "TPOT"),

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from client.bench.arrivals import schedule
-from client.bench.backends import BenchError, Sampling
-from client.bench.datasets import BenchRequest
-from client.bench.record import RequestRecord
+from pdserve.client.bench.arrivals import schedule
+from pdserve.client.bench.backends import BenchError, Sampling
+from pdserve.client.bench.datasets import BenchRequest
+from pdserve.client.bench.record import RequestRecord
 
 
 @dataclass

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from client.bench.command import build_requests, default_result_path, load_spec, make_backend, run_config, with_backend
-from client.bench.metrics import modeled_values, summarize, wall_values
-from client.bench.report import result_json, save_json
-from client.bench.runner import run
+from pdserve.client.bench.command import build_requests, default_result_path, load_spec, make_backend, run_config, with_backend
+from pdserve.client.bench.metrics import modeled_values, summarize, wall_values
+from pdserve.client.bench.report import result_json, save_json
+from pdserve.client.bench.runner import run
 
 KINDS = {"rate": "request_rate", "concurrency": "max_concurrency"}
 LABELS = {"rate": "request rate (req/s)", "concurrency": "max concurrency"}
