@@ -136,10 +136,10 @@ def _empty(config: ModelConfig) -> np.ndarray:
 class KVSlab:
     """Shared storage for the KV of a running decode batch: ``[layers, slots, kv_heads, capacity, head_dim]``.
 
-    Members occupy slots 0..n-1 with no gaps (removal moves the last one into the hole), so a decode step over the
-    whole batch reads every sequence's K and V as a single strided view and attention becomes one batched matmul
-    instead of a Python loop over sequences. The price is padding to the longest member; a sequence longer than
-    ``max_tokens`` keeps private storage and is attended to on its own.
+    Members occupy slots 0..n-1 with no gaps (removal moves the last one into the hole); each member's K (and V) of
+    one layer and head is a contiguous [capacity, head_dim] run, so a decode step attends over the whole batch in one
+    compiled pass without a Python loop over sequences and reads only each member's own length. A sequence longer
+    than ``max_tokens`` keeps private storage and is attended to on its own.
     """
 
     def __init__(self, config: ModelConfig, max_slots: int, max_tokens: int,

@@ -3,7 +3,7 @@
 One ``forward`` serves both phases: prefill passes many new tokens per sequence (with whatever prefix is already in
 that sequence's cache), decode passes one. Every linear layer runs once over all tokens of all sequences of the step
 (``[N, hidden] @ W``). Attention follows an :class:`AttentionPlan` made once per forward: decode rows whose KV sits in
-the shared slab attend in one batched matmul, every other sequence on its own.
+the shared slab attend together in compiled loops (engine/decode_attention.py), every other sequence on its own.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import numpy as np
 from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from dataclasses import dataclass
 
+from pdserve.engine.decode_attention import DecodeAttention
+from pdserve.engine.fast_exp import exp_nonpositive
 from pdserve.engine.kv_cache import KVSlab, SequenceKV
+from pdserve.engine.parallel import Parallel
 
 F32 = np.float32
-QUERY_BLOCK = 256  # queries per block of causal attention
+QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 
 
@@ -40,14 +43,6 @@ def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     out += F32(1.0)
     np.divide(gate, out, out=out)
     out *= up
-    return out
-
-
-def softmax_lastdim(scores: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Softmax over the last axis; ``out=scores`` works in place (no second array of the scores' size)."""
-    out = np.subtract(scores, scores.max(axis=-1, keepdims=True), out=out)
-    np.exp(out, out=out)
-    out /= out.sum(axis=-1, keepdims=True)
     return out
 
 
@@ -86,6 +81,8 @@ class LlamaModel:
         self.rope = RotaryEmbedding(c.head_dim, c.rope_freq_base, c.context_length)
         self.eps = F32(c.rms_eps)
         self.scale = F32(1.0 / np.sqrt(c.head_dim))
+        self.parallel = Parallel()  # prefill attention's blocks on two threads
+        self.decode_attention = DecodeAttention()
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
@@ -154,44 +151,57 @@ class LlamaModel:
         """Causal grouped-query attention of n new queries over start + n cached positions. q: [n, H, D].
 
         Queries go in blocks of QUERY_BLOCK: a block attends only to the keys up to its last query, so the causal
-        half of the score matrix is never computed, and only the block's diagonal square needs a mask.
+        half of the score matrix is never computed, and only the block's diagonal square needs a mask. Two threads
+        take half of the blocks each (the cheapest paired with the dearest, so both do the same work).
         """
         c = self.config
         n, g, kvh, d = q.shape[0], c.group_size, c.n_kv_heads, c.head_dim
-        keys, values = kv.k[layer], kv.v[layer]  # [KVH, capacity, D]
         qg = q.reshape(n, kvh, g, d).transpose(1, 0, 2, 3) * self.scale  # [KVH, n, g, D]: a query's heads adjacent
         qg = qg.reshape(kvh, n * g, d)
         out = np.empty((kvh, n * g, d), dtype=F32)
-        for b0 in range(0, n, QUERY_BLOCK):
+        args = (qg, kv.k[layer], kv.v[layer], start, out)  # keys, values: [KVH, capacity, D]
+        blocks = list(range(0, n, QUERY_BLOCK))
+        if len(blocks) < 2 or self.parallel.threads < 2:
+            self._attend_blocks(*args, blocks)
+        else:
+            with self.parallel.single_threaded_blas():
+                self.parallel.both(self._attend_blocks, (*args, blocks[0::4] + blocks[3::4]),
+                                   (*args, blocks[1::4] + blocks[2::4]))
+        return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
+
+    def _attend_blocks(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, out: np.ndarray,
+                       blocks: list[int]) -> None:
+        """The query blocks starting at ``blocks`` (row b0 of n new queries), into ``out`` [KVH, n * g, D].
+
+        A block's scores take one scratch buffer, small enough to stay in cache between the passes over it; the
+        softmax's division is applied to the block's output ([rows, D]) instead of to its scores ([rows, T]).
+        """
+        g, kvh = self.config.group_size, self.config.n_kv_heads
+        n = qg.shape[1] // g
+        scratch = np.empty(kvh * min(n, QUERY_BLOCK) * g * (start + n), dtype=F32)
+        for b0 in blocks:
             b1 = min(n, b0 + QUERY_BLOCK)
             total = start + b1
-            scores = qg[:, b0 * g:b1 * g] @ keys[:, :total].transpose(0, 2, 1)  # [KVH, bq*g, T]
+            scores = scratch[:kvh * (b1 - b0) * g * total].reshape(kvh, (b1 - b0) * g, total)
+            np.matmul(qg[:, b0 * g:b1 * g], keys[:, :total].transpose(0, 2, 1), out=scores)  # [KVH, bq*g, T]
             if b1 - b0 > 1:  # query i of the block may not see keys after start + b0 + i
                 square = scores.reshape(kvh, b1 - b0, g, total)[..., start + b0:]
                 square += CAUSAL_MASK[:b1 - b0, :b1 - b0][None, :, None, :]
-            softmax_lastdim(scores, out=scores)
-            np.matmul(scores, values[:, :total], out=out[:, b0 * g:b1 * g])
-        return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
+            np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+            exp_nonpositive(scores)
+            block_out = out[:, b0 * g:b1 * g]
+            np.matmul(scores, values[:, :total], out=block_out)
+            block_out /= scores.sum(axis=-1, keepdims=True)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
                      layer: int) -> np.ndarray:
-        """One query per sequence over its slab slot, all sequences in one batched matmul. q: [B, H, D]."""
+        """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         slab.k[layer, slots, :, lengths - 1] = k
         slab.v[layer, slots, :, lengths - 1] = v
-        b = q.shape[0]
-        total = int(lengths.max())
-        if plan.dense:  # slots 0..B-1 in row order: a strided view, no copy
-            keys, values = slab.k[layer, :b, :, :total], slab.v[layer, :b, :, :total]  # [B, KVH, T, D]
-        else:
-            keys, values = slab.k[layer, slots, :, :total], slab.v[layer, slots, :, :total]
-        qg = q.reshape(b, c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D], pre-scaled
-        scores = qg @ keys.transpose(0, 1, 3, 2)  # [B, KVH, g, T]
-        if plan.padding is not None:
-            scores += plan.padding[:, None, None, :]  # -inf past each sequence's end
-        softmax_lastdim(scores, out=scores)
-        return (scores @ values).reshape(b, -1)  # [B, KVH, g, D] -> [B, H*D]
+        qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
+        return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths).reshape(q.shape[0], -1)
 
 
 @dataclass
@@ -212,8 +222,6 @@ class AttentionPlan:
     slab_rows: np.ndarray
     slots: np.ndarray
     lengths: np.ndarray
-    dense: bool
-    padding: np.ndarray | None  # [B, T]: -inf past each slab sequence's end, 0 before; None when all are full
     singles: list[tuple[int, int, int]]
 
     @property
@@ -237,13 +245,9 @@ class AttentionPlan:
             if not member:
                 kv.reserve(start + n)
         batched = sorted((i for i, member in enumerate(in_slab) if member), key=lambda i: caches[i].slot)
-        slots = np.array([caches[i].slot for i in batched], dtype=np.int64)  # ascending: dense when all are here
+        slots = np.array([caches[i].slot for i in batched], dtype=np.int64)
         lengths = np.array([starts[i] + 1 for i in batched], dtype=np.int64)
-        total = int(lengths.max()) if batched else 0
-        past_end = np.arange(total)[None, :] >= lengths[:, None]
         return cls(
             caches=caches, counts=counts, starts=starts, offsets=offsets, positions=positions, slab=slab,
             slab_rows=offsets[batched] if batched else np.zeros(0, dtype=np.int64), slots=slots, lengths=lengths,
-            dense=bool(np.array_equal(slots, np.arange(len(slots)))),
-            padding=np.where(past_end, F32(-np.inf), F32(0.0)) if past_end.any() else None,
             singles=[(i, offsets[i], offsets[i + 1]) for i, member in enumerate(in_slab) if not member])

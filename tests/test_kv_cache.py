@@ -141,15 +141,18 @@ def test_quantized_weight_types_load_and_match_f32(tmp_path, weight_type, tolera
     assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < tolerance
 
 
-def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime):
-    """Prefill attention in query blocks (with a cached prefix, and more queries than one block) equals plain
-    causal softmax attention computed in float64, up to float32 summation order."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime, monkeypatch, threads):
+    """Prefill attention in query blocks (with a cached prefix, more queries than one block, on one thread or the
+    blocks shared by two) equals plain causal softmax attention computed in float64, up to float32 summation order."""
     from pdserve.engine.model import QUERY_BLOCK
+    from pdserve.engine.parallel import Parallel
 
     model = tiny_runtime.model
+    monkeypatch.setattr(model, "parallel", Parallel(threads))
     c = model.config
     rng = np.random.default_rng(6)
-    start, n = 40, QUERY_BLOCK + 60
+    start, n = 40, 3 * QUERY_BLOCK + 60
     kv = model.new_kv(capacity=start + n)
     kv.k[0, :, :start + n] = rng.standard_normal((c.n_kv_heads, start + n, c.head_dim)).astype(np.float32)
     kv.v[0, :, :start + n] = rng.standard_normal((c.n_kv_heads, start + n, c.head_dim)).astype(np.float32)
@@ -166,3 +169,31 @@ def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime):
         probs = np.exp(scores - scores.max(axis=1, keepdims=True))
         want[:, h] = (probs / probs.sum(axis=1, keepdims=True)) @ values[kvh]
     np.testing.assert_allclose(got, want.reshape(n, -1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("slots, lengths", [([3, 0, 4], [290, 1, 137]), ([2], [290])])
+def test_slab_decode_attention_matches_a_float64_reference(threads, slots, lengths):
+    """The compiled decode attention (slots in any order, members of different lengths; on one thread, or split over
+    two by sequence and head or, for a single sequence, by position) equals softmax attention in float64 over each
+    member's own keys, up to float32 summation order."""
+    from pdserve.engine.decode_attention import DecodeAttention
+    from pdserve.engine.parallel import Parallel
+
+    rng = np.random.default_rng(7)
+    n_slots, n_kv, group, dim, capacity = 5, 3, 3, 64, 300
+    keys = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32)
+    values = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32)
+    slots, lengths = np.array(slots, dtype=np.int64), np.array(lengths, dtype=np.int64)
+    q = rng.standard_normal((len(slots), n_kv, group, dim)).astype(np.float32)
+    keys[:, :, 290:] = np.nan  # past every member's end: must never be read
+    values[:, :, 290:] = np.nan
+    got = DecodeAttention(Parallel(threads), min_split_keys=0)(q, keys, values, slots, lengths)
+
+    assert got.dtype == np.float32 and got.shape == q.shape
+    for row, (slot, n) in enumerate(zip(slots, lengths)):
+        k, v = keys[slot, :, :n].astype(np.float64), values[slot, :, :n].astype(np.float64)  # [KVH, n, D]
+        scores = q[row].astype(np.float64) @ k.transpose(0, 2, 1)  # [KVH, g, n]
+        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        want = (probs / probs.sum(axis=-1, keepdims=True)) @ v
+        np.testing.assert_allclose(got[row], want, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,124 @@
+"""Decode attention over the KV slab as compiled loops: one query per sequence, every sequence's keys read once.
+
+numpy can only express a decode step's attention as one small matrix product per (sequence, KV head): a [g, D] x
+[D, T] product that BLAS runs far below memory speed, with a call's overhead each. These two kernels (compiled by
+numba) walk each sequence's contiguous K and V rows directly, read only its own ``length`` positions (no padding
+mask), and index slots in place (no gather of the batch's KV). The softmax between them runs over the whole batch's
+scores at once (engine/fast_exp.py for its exp).
+
+Summation order differs from a BLAS product (the sums over D and over T run in the loops' order), which is why
+tests compare against a float64 reference instead of bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pdserve.engine.compiled import compiled
+from pdserve.engine.fast_exp import exp_nonpositive
+from pdserve.engine.parallel import Parallel
+
+F32 = np.float32
+# reassociation lets the compiler vectorize the dot products; no flag that assumes away inf (masked scores are -inf)
+_FASTMATH = {"reassoc", "contract"}
+_MIN_SPLIT_KEYS = 1 << 15  # keys per step (summed over sequences and heads) below which one thread does it all
+
+
+@compiled(fastmath=_FASTMATH)
+def _scores(q, keys, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
+    """out[b, j, i, t] = q[b, j, i] . keys[slots[b], j, t] for t < lengths[b], -inf after; tasks (b, j) in lo..hi,
+    positions t in t0..t1."""
+    n_kv, group, dim = q.shape[1], q.shape[2], q.shape[3]
+    for task in range(lo, hi):
+        b, j = task // n_kv, task % n_kv
+        n = min(lengths[b], t1)
+        kb, qb, ob = keys[slots[b], j], q[b, j], out[b, j]
+        for t in range(t0, n):
+            row = kb[t]
+            for i in range(group):
+                qi = qb[i]
+                acc = np.float32(0.0)
+                for d in range(dim):
+                    acc += qi[d] * row[d]
+                ob[i, t] = acc
+        for i in range(group):
+            for t in range(max(n, t0), t1):
+                ob[i, t] = -np.inf
+
+
+@compiled(fastmath=_FASTMATH)
+def _weighted_values(probs, values, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
+    """out[b, j, i] = sum over t in t0..min(t1, lengths[b]) of probs[b, j, i, t] * values[slots[b], j, t]; tasks (b, j)
+    in lo..hi."""
+    n_kv, group, dim = probs.shape[1], probs.shape[2], out.shape[3]
+    for task in range(lo, hi):
+        b, j = task // n_kv, task % n_kv
+        vb, pb, ob = values[slots[b], j], probs[b, j], out[b, j]
+        for i in range(group):
+            for d in range(dim):
+                ob[i, d] = 0.0
+        for t in range(t0, min(lengths[b], t1)):
+            row = vb[t]
+            for i in range(group):
+                w = pb[i, t]
+                oi = ob[i]
+                for d in range(dim):
+                    oi[d] += w * row[d]
+
+
+class DecodeAttention:
+    """Runs the kernels over a batch; given a two-way ``parallel`` (engine/parallel.py), split in two halves when
+    there is enough work. The model runs it on one thread: on a 2-core machine shared with other work the split
+    measured no faster at batch 32 and context 512 and slower at 2048; an idle machine may differ (unmeasured)."""
+
+    def __init__(self, parallel: Parallel | None = None, min_split_keys: int = _MIN_SPLIT_KEYS) -> None:
+        self.parallel = parallel or Parallel(1)
+        self.min_split_keys = min_split_keys
+
+    def __call__(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray,
+                 lengths: np.ndarray) -> np.ndarray:
+        """q: [B, KVH, g, D] (pre-scaled); keys, values: [slots, KVH, capacity, D]; slots, lengths: [B] int64.
+
+        Returns [B, KVH, g, D]: each query's softmax-weighted values over its sequence's first ``lengths`` keys.
+        """
+        b, n_kv, group, dim = q.shape
+        tasks, width = b * n_kv, int(lengths.max())
+        scores = np.empty((b, n_kv, group, width), dtype=F32)
+        out = np.empty((b, n_kv, group, dim), dtype=F32)
+        if self.parallel.threads < 2 or int(lengths.sum()) * n_kv < self.min_split_keys:
+            _scores(q, keys, slots, lengths, 0, tasks, 0, width, scores)
+            _softmax(scores)
+            _weighted_values(scores, values, slots, lengths, 0, tasks, 0, width, out)
+        else:
+            with self.parallel.single_threaded_blas():
+                self._split(q, keys, values, slots, lengths, scores, out)
+        return out
+
+    def _split(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray, lengths: np.ndarray,
+               scores: np.ndarray, out: np.ndarray) -> None:
+        """The two kernels with their work in two halves, by (sequence, head) pair or, for few pairs, by position."""
+        b, n_kv = q.shape[:2]
+        tasks, width = b * n_kv, scores.shape[-1]
+        both = self.parallel.both
+        if tasks >= 8:  # enough (sequence, head) pairs to share out evenly: half of them each
+            mid = tasks // 2
+            both(_scores, (q, keys, slots, lengths, 0, mid, 0, width, scores),
+                 (q, keys, slots, lengths, mid, tasks, 0, width, scores))
+            _softmax(scores)
+            both(_weighted_values, (scores, values, slots, lengths, 0, mid, 0, width, out),
+                 (scores, values, slots, lengths, mid, tasks, 0, width, out))
+        else:  # few sequences, long contexts: half of the positions each, the two partial outputs summed
+            mid = width // 2
+            both(_scores, (q, keys, slots, lengths, 0, tasks, 0, mid, scores),
+                 (q, keys, slots, lengths, 0, tasks, mid, width, scores))
+            _softmax(scores)
+            second = np.empty_like(out)
+            both(_weighted_values, (scores, values, slots, lengths, 0, tasks, 0, mid, out),
+                 (scores, values, slots, lengths, 0, tasks, mid, width, second))
+            out += second
+
+
+def _softmax(scores: np.ndarray) -> None:
+    np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+    exp_nonpositive(scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
