@@ -13,16 +13,23 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+import numpy  # noqa: F401  (loads BLAS, whose thread count sets the default split)
 from threadpoolctl import ThreadpoolController
 
 
 class Parallel:
-    """``threads`` workers (the calling thread and a pool of threads - 1); one of them when the machine has one core."""
+    """``threads`` workers (the calling thread and a pool of threads - 1). By default two where the process may use
+    two cores: as many as BLAS was given (a worker the launcher gave one BLAS thread, because other workers share the
+    cores, splits nothing) and the machine has."""
 
     def __init__(self, threads: int | None = None) -> None:
-        self.threads = max(1, min(2, os.cpu_count() or 1) if threads is None else threads)
+        controller = ThreadpoolController()
+        if threads is None:
+            blas_threads = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
+            threads = min([2, os.cpu_count() or 1, *blas_threads])
+        self.threads = max(1, threads)
         self._pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
-        self._blas = ThreadpoolController().select(user_api="blas").lib_controllers if self._pool else []
+        self._blas = controller.select(user_api="blas").lib_controllers if self._pool else []
 
     def both(self, fn: Callable, first: tuple, second: tuple) -> None:
         """fn(*first) and fn(*second) at once (the first on the pool), or one after the other on one worker."""

@@ -41,3 +41,14 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
         return 2 * x
 
     assert double(21) == 42
+
+
+def test_attention_splits_only_within_the_blas_threads_the_process_was_given():
+    """A worker the launcher gave one BLAS thread (other workers share the cores) runs attention on one thread."""
+    from threadpoolctl import threadpool_limits
+
+    from pdserve.engine.parallel import Parallel
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert Parallel().threads == 1
+    assert Parallel(2).threads == 2
