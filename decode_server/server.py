@@ -42,9 +42,10 @@ KV_LOAD_FAILURES = Counter("pdserve_decode_kv_load_failures_total",
                            "KV fetches from the kvstore that failed, by what the worker did about it", ["policy"])
 KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
 PREFETCHES = Counter("pdserve_decode_kv_prefetch_total",
-                     "KV prefetches (started while prefill runs), by how they ended: adopted by the Decode call that "
-                     "followed, dropped (cancelled, expired or superseded), failed", ["outcome"])
-PREFETCH_OUTCOMES = ("adopted", "dropped", "failed")
+                     "KV prefetches (started while prefill runs), by how they ended: taken whole by the Decode call "
+                     "that followed (adopted), taken with the rest fetched by that call (partial), dropped (cancelled "
+                     "or expired before a Decode call took them), failed", ["outcome"])
+PREFETCH_OUTCOMES = ("adopted", "partial", "dropped", "failed")
 KV_ERRORS = (KVIntegrityError, ValueError, grpc.aio.AioRpcError)
 
 
@@ -139,27 +140,41 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         return elapsed, modeled
 
     async def _fetch(self, seq: Sequence, handle) -> tuple[float, float]:
-        """The request's KV into ``seq``: taken from a prefetch of the same handle, or imported now. Returns the wall
-        seconds this call spent on it (with a prefetch: only the wait for what had not arrived yet) and the modeled
-        transfer seconds."""
+        """The request's KV into ``seq``: taken from a prefetch of the same handle (what it has not brought yet is
+        fetched now), or imported now. Returns the wall seconds this call spent on it and the modeled transfer
+        seconds."""
         prefetch = self.prefetches.get(seq.request_id)
-        if prefetch is not None and _same_handle(prefetch.handle, handle):
-            self.prefetches.pop(seq.request_id)
-            prefetch.adopted = True
-            prefetch.expiry.cancel()
-            start = time.perf_counter()
-            try:
-                _, modeled = await prefetch.task
-            except KV_ERRORS:
-                PREFETCHES.labels("failed").inc()
-                raise
-            PREFETCHES.labels("adopted").inc()
-            seq.kv = prefetch.kv
-            elapsed = time.perf_counter() - start
-        else:
+        if prefetch is None or not _same_handle(prefetch.handle, handle):
             elapsed, modeled = await self._import(seq.kv, handle)
+        else:
+            elapsed, modeled = await self._adopt(seq, prefetch, handle)
         await self.kv.release_quietly(handle.lease_id)  # we have our copy: the blocks may be evicted now
         return elapsed, modeled
+
+    async def _adopt(self, seq: Sequence, prefetch: Prefetch, handle) -> tuple[float, float]:
+        """Take a prefetched copy. Prefill has returned, so every block is stored: a prefetch still running is either
+        receiving the last blocks or waiting for some that were lost (a kvstore restarted empty). It is stopped,
+        and the blocks it has not imported are fetched here without waiting, as a Decode call without a prefetch
+        would; a failed prefetch is finished the same way."""
+        start = time.perf_counter()
+        del self.prefetches[seq.request_id]
+        prefetch.adopted = True
+        prefetch.expiry.cancel()
+        seq.kv = prefetch.kv
+        if not prefetch.task.done():
+            prefetch.task.cancel()
+        await asyncio.wait({prefetch.task})
+        whole = not prefetch.task.cancelled() and prefetch.task.exception() is None
+        PREFETCHES.labels("adopted" if whole else "partial").inc()
+        if whole:
+            return time.perf_counter() - start, prefetch.task.result()[1]
+        imported = seq.kv.length // seq.kv.block_tokens  # blocks arrive whole and in order
+        rest = type(handle)()
+        rest.CopyFrom(handle)
+        del rest.block_keys[:]
+        rest.block_keys.extend(handle.block_keys[imported:])
+        _, modeled = await self._import(seq.kv, rest)
+        return time.perf_counter() - start, modeled
 
     async def Prefetch(self, request, context):
         try:
@@ -182,6 +197,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         try:
             elapsed, _ = await asyncio.shield(prefetch.task)
         except asyncio.CancelledError:
+            if prefetch.adopted and not asyncio.current_task().cancelling():  # a Decode call took it and goes on
+                return decode_pb2.PrefetchResponse(token_count=kv.length)
             self._drop_prefetch(request.request_id, prefetch)  # the router gave the request up
             raise
         except KV_ERRORS as exc:

@@ -41,8 +41,10 @@ def test_the_router_prefetches_and_decode_takes_the_copy(stack, tiny_runtime):
                 return [t async for c in client.generate(token_ids=prompt, **vars(PARAMS)) for t in c.token_ids]
             return await asyncio.gather(*(one(p) for p in prompts))
 
+    partial = _prefetches(stack, "partial")
     assert asyncio.run(run_all()) == want
-    assert _prefetches(stack, "adopted") == adopted + len(prompts)
+    # each Decode call took its prefetch: whole, or with the last blocks still on their way (fetched by the call)
+    assert (_prefetches(stack, "adopted") - adopted) + (_prefetches(stack, "partial") - partial) == len(prompts)
     wait_until(lambda: kv_leases(stack) == 0, what="every lease released")
 
 
@@ -73,6 +75,39 @@ def test_a_prefetched_copy_serves_the_decode_call(stack, tiny_runtime):
 
     assert asyncio.run(scenario()) == want
     assert _prefetches(stack, "adopted") == adopted + 1
+
+
+def test_a_decode_call_does_not_wait_for_blocks_its_prefetch_still_waits_for(stack, tiny_runtime):
+    """Prefill has returned when Decode comes, so every block is stored: a block the prefetch still waits for was
+    lost (a kvstore restarted empty). The call takes what the prefetch brought, fetches the rest without waiting,
+    and recomputes what is missing."""
+    prompt = list(range(11, 70))
+    want = reference(tiny_runtime, [prompt], [PARAMS])[0].output_ids
+    handle, first = _handle(stack, prompt)
+    handle.block_keys[2] = "lost-block"
+    prefetched = common_pb2.KVHandle()
+    prefetched.CopyFrom(handle)
+    prefetched.wait_s = 120
+    partial = _prefetches(stack, "partial")
+
+    async def scenario():
+        async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
+            stub = decode_pb2_grpc.DecodeStub(ch)
+            prefetch = stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-lost", kv=prefetched))
+            await asyncio.to_thread(wait_until, lambda: scrape(stack.kvstores[0].metrics_port).get(
+                ("pdserve_kvstore_waiting_gets", ()), 0.0) >= 1, 30, "the prefetch waiting for the lost block")
+            call = stub.Decode(decode_pb2.DecodeRequest(request_id="pf-lost", prompt_ids=prompt, kv=handle,
+                                                        first_token=first, sampling=SAMPLING))
+            chunks = await asyncio.wait_for(_collect(call), 30)  # far below the prefetch's 120 s wait
+            prefetch.cancel()
+        return [first] + [t for c in chunks for t in c.step.token_ids]
+
+    assert asyncio.run(scenario()) == want
+    assert _prefetches(stack, "partial") == partial + 1
+
+
+async def _collect(call):
+    return [c async for c in call]
 
 
 def test_prefetches_that_nobody_takes_are_dropped_and_bad_ones_refused(stack):
