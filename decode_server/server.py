@@ -129,8 +129,9 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         async with self.kv.keep_lease(handle.lease_id, handle.lease_ttl_s):  # a slow fetch never loses the KV to expiry
             # each block is imported as it arrives, while the rest is on the wire; with wait_s, blocks prefill is
             # still storing stream in as they are stored
-            await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
-                              on_block=lambda block: kv.append_block(block.data, block.token_count))
+            if handle.block_keys:  # (none left when a prefetch brought them all)
+                await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
+                                  on_block=lambda block: kv.append_block(block.data, block.token_count))
             if kv.length != handle.token_count:
                 raise KVIntegrityError(f"blocks hold {kv.length} tokens, the handle says {handle.token_count}")
             modeled = await self.worker.clock.pace_transfer(handle.token_count, self.kv_link,
@@ -161,7 +162,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         prefetch.adopted = True
         prefetch.expiry.cancel()
         seq.kv = prefetch.kv
-        if not prefetch.task.done():
+        if not prefetch.task.done() and seq.kv.length < handle.token_count:  # (with every block here, it only paces)
             prefetch.task.cancel()
         await asyncio.wait({prefetch.task})
         whole = not prefetch.task.cancelled() and prefetch.task.exception() is None
