@@ -49,6 +49,10 @@ PREFETCH_OUTCOMES = ("adopted", "partial", "dropped", "failed")
 KV_ERRORS = (KVIntegrityError, ValueError, grpc.aio.AioRpcError)
 
 
+def kv_error_detail(exc: Exception) -> str:
+    return exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+
+
 @dataclass
 class Prefetch:
     """A request's KV being imported (or imported) ahead of its Decode call."""
@@ -204,9 +208,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise
         except KV_ERRORS as exc:
             self._drop_prefetch(request.request_id, prefetch, failed=True)
-            detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.DATA_LOSS
-            await context.abort(code, f"kv: {detail}")
+            await context.abort(code, f"kv: {kv_error_detail(exc)}")
         return decode_pb2.PrefetchResponse(token_count=kv.length, fetch_wall_s=elapsed)
 
     def _drop_prefetch(self, request_id: str, prefetch: Prefetch, failed: bool = False) -> None:
@@ -241,7 +244,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         if not request.colocated:
             try:
                 fetch_s, transfer_modeled_s = await self._fetch(seq, request.kv)
-            except (KVIntegrityError, ValueError, grpc.aio.AioRpcError) as exc:
+            except KV_ERRORS as exc:
                 await self._kv_load_failed(seq, request.kv, exc, context)
         try:
             job = self.worker.submit(seq)
@@ -276,7 +279,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         """The prompt's KV could not be fetched (a shard down, a block evicted or corrupted). ``recompute`` (as vLLM's
         kv_load_failure_policy) drops what arrived and lets the scheduler recompute the prompt here, like a preempted
         sequence: the output is the same. ``fail`` ends the request."""
-        detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        detail = kv_error_detail(exc)
         KV_LOAD_FAILURES.labels(self.kv_load_failure_policy).inc()
         asyncio.ensure_future(self.kv.release_quietly(handle.lease_id))
         if self.kv_load_failure_policy == "recompute":

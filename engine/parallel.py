@@ -23,13 +23,12 @@ class Parallel:
     cores, splits nothing) and the machine has."""
 
     def __init__(self, threads: int | None = None) -> None:
-        controller = ThreadpoolController()
+        blas = ThreadpoolController().select(user_api="blas").lib_controllers
         if threads is None:
-            blas_threads = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
-            threads = min([2, os.cpu_count() or 1, *blas_threads])
+            threads = min([2, os.cpu_count() or 1, *(lib.num_threads for lib in blas)])
         self.threads = max(1, threads)
         self._pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
-        self._blas = controller.select(user_api="blas").lib_controllers if self._pool else []
+        self._blas = blas if self._pool else []
 
     def both(self, fn: Callable, first: tuple, second: tuple) -> None:
         """fn(*first) and fn(*second) at once (the first on the pool), or one after the other on one worker."""
