@@ -246,6 +246,9 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 fetch_s, transfer_modeled_s = await self._fetch(seq, request.kv)
             except KV_ERRORS as exc:
                 await self._kv_load_failed(seq, request.kv, exc, context)
+            except asyncio.CancelledError:  # the caller went away while the KV was arriving
+                REQUESTS.labels("abort").inc()
+                raise
         try:
             job = self.worker.submit(seq)
         except KVBudgetExceeded as exc:

@@ -157,7 +157,9 @@ def test_abort_from_another_connection_frees_kv_and_leases(stack, n):
         async with AsyncPdserveClient(stack.router_target) as client, AsyncPdserveClient(stack.router_target) as proxy:
             call = client.generate(token_ids=PROMPT, max_tokens=3000, ignore_eos=True, temperature=0, n=n,
                                    request_id="abort-me")
-            chunks = [await call.read() for _ in range(4)]
+            chunks = []
+            while any(sum(ch.index == i for ch in chunks) < 2 for i in range(n)):  # every sample is decoding
+                chunks.append(await call.read())
             answer = await proxy.abort(["abort-me", "never-was"])
             while (chunk := await call.read()) is not grpc.aio.EOF:
                 chunks.append(chunk)
