@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +42,10 @@ TokenEvent = tuple[list[int], StepResult]
 ITL = ClockPair("pdserve_inter_token_latency", "Time between consecutive output tokens of a sequence", ("model_name",),
                 WALL_STEP_BUCKETS, MODELED_STEP_BUCKETS)
 SCHEDULER_DEFAULTS = SchedulerConfig()
+# a prefill worker's step: its KV goes to the kvstore while the next step computes, so smaller steps hide more of the
+# hand-off (docs/kv-transfer.md has the measurement); 512 prompt tokens still make every weight product a full GEMM
+PREFILL_MAX_NUM_BATCHED_TOKENS = 512
+DEFAULT_STEP_NICE = 5
 
 
 class WorkerFull(Exception):
@@ -73,9 +79,20 @@ class Job:
         return (self.scheduled_at or self.arrived_at) - self.arrived_at
 
 
+def lower_thread_priority(nice: int) -> None:
+    """Raise the calling thread's nice value by ``nice`` (Linux keeps one per thread; threads it starts inherit it).
+
+    The model step is the one thread that would use a core for seconds on end; at a lower priority it yields to the
+    process's event loop and to the kvstore, so that on shared cores the KV hand-off and token streaming are not
+    starved while the next step computes. Raising a nice value needs no privilege."""
+    if nice > 0 and hasattr(os, "setpriority"):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+
+
 class Worker:
     def __init__(self, runtime: Runtime, scheduler: Scheduler, clock: StepClock, max_queue: int,
-                 served_name: str = "") -> None:
+                 served_name: str = "", step_nice: int = 0) -> None:
         self.runtime = runtime
         self.scheduler = scheduler
         self.clock = clock
@@ -87,7 +104,8 @@ class Worker:
         self._wake = asyncio.Event()
         self._stepping = False
         self._cancel_after_step: list[Sequence] = []
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="model-step")
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="model-step", initializer=lower_thread_priority,
+                                            initargs=(step_nice,))
         self.served_name = served_name or runtime.model_name  # the model_name label, as the router names it
         self.on_preempted: Callable[[int], object] | None = None  # called with the number preempted by a step
         self._preemptions_seen = 0
@@ -259,18 +277,22 @@ class Worker:
 
 
 # --- flags and startup shared by both workers -----------------------------------------------------------------------
-def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
+def worker_parser(name: str, default_port: int, max_queue: int,
+                  max_num_batched_tokens: int = SCHEDULER_DEFAULTS.max_num_batched_tokens) -> FlagParser:
     parser = service_parser(name, default_port)
     add_model_flags(parser)
     parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
     parser.add_argument("--kv-shm", action="store_true",
                         help="move KV blocks through /dev/shm with kvstores on this host that allow it (--kv-shm "
                              "there too); others get the socket")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=SCHEDULER_DEFAULTS.max_num_batched_tokens,
+    parser.add_argument("--max-num-batched-tokens", type=int, default=max_num_batched_tokens,
                         help="prompt (or recomputed) tokens in one step; longer prompts run in chunks")
     parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER_DEFAULTS.max_num_seqs,
                         help="sequences in one step")
     parser.add_argument("--max-queue", type=int, default=max_queue, help="requests held before RESOURCE_EXHAUSTED")
+    parser.add_argument("--model-step-nice", type=int, default=DEFAULT_STEP_NICE, choices=range(0, 20),
+                        metavar="0..19", help="run the model step this much nicer than the rest of the process, so "
+                        "that gRPC and KV transfers on shared cores are not starved by compute (0: same priority)")
     parser.add_argument("--drain-timeout-s", type=float, default=60.0,
                         help="on SIGTERM: health NOT_SERVING, new requests refused, and this long for those running "
                              "to finish before the process stops")
@@ -290,7 +312,8 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
     extra = {"slab_seqs": args.max_num_seqs} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
     runtime = Runtime.load(args.model, args.block_tokens, **extra)
     config = SchedulerConfig(role, args.max_num_seqs, args.max_num_batched_tokens, kv_blocks, args.block_tokens)
-    return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue, default_served_name(args.model))
+    return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue, default_served_name(args.model),
+                  args.model_step_nice)
 
 
 async def run_worker(name: str, args, worker: Worker,

@@ -14,7 +14,8 @@ from pdserve.common.convert import token_step
 from pdserve.common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
-from pdserve.common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
+from pdserve.common.worker import (PREFILL_MAX_NUM_BATCHED_TOKENS, Job, Worker, WorkerDraining, WorkerFull, build_worker,
+                                   run_worker, worker_parser)
 from pdserve.engine.kv_cache import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
@@ -46,6 +47,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                  store_each_chunk: bool = True) -> None:
         self.worker = worker
         self.store_each_chunk = store_each_chunk
+        self.put_turns = asyncio.Lock()
         self.runtime = worker.runtime
         self.kv = kv
         self.cache = local_cache
@@ -98,7 +100,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             io_start = time.perf_counter()
             stored_prefix, reused = await self._reuse_prefix(seq, keys, lease_id, ttl)
             io_s = time.perf_counter() - io_start
-            uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease_id, ttl)
+            uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease_id, ttl, self.put_turns)
             job = self.worker.submit(seq)
             if self.store_each_chunk:  # blocks move while later chunks compute
                 job.on_prefill_chunk = uploader.chunk_done
@@ -175,7 +177,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
 
 
 def build_parser():
-    parser = worker_parser("prefill_server", 50061, max_queue=256)
+    parser = worker_parser("prefill_server", 50061, max_queue=256,
+                           max_num_batched_tokens=PREFILL_MAX_NUM_BATCHED_TOKENS)
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
     parser.add_argument("--kv-put-at-end", action="store_true",
                         help="store a prompt's KV blocks once the whole prompt is prefilled, instead of as each "

@@ -71,9 +71,10 @@ def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path)
     """Through the old name, bench-serving, which is bench --compare."""
     out = pdserve("bench-serving", "--model", str(tiny_model_path), "--modes", "in_process,disaggregated",
                   "--num-prompts", "6", "--input-len", "32", "--output-len", "4", "--max-concurrency", "3",
-                  "--disable-tqdm", "--save-result", str(tmp_path / "c.json"))
+                  "--disable-tqdm", "--save-result", str(tmp_path / "c.json"), "--prefill-flags", "--max-num-batched-tokens 16")
     assert out.returncode == 0, out.stderr
     assert "in_process" in out.stdout and "disaggregated" in out.stdout
+    assert "; prefill flags: --max-num-batched-tokens 16" in out.stdout  # 32-token prompts in two steps
     assert "% of prefill compute" in out.stdout and "decode's KV fetch" in out.stdout
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["in_process"]["completed"] == 6 and data["disaggregated"]["completed"] == 6

@@ -58,3 +58,31 @@ def test_boolean_variables(monkeypatch):
     monkeypatch.setenv("PDSERVE_COLOCATED", "maybe")
     with pytest.raises(SystemExit):
         router_parser().parse_args([])
+
+
+def test_prefill_worker_steps_are_smaller_by_default_and_the_model_step_runs_nicer(monkeypatch):
+    from pdserve.common.worker import PREFILL_MAX_NUM_BATCHED_TOKENS, SCHEDULER_DEFAULTS
+    from pdserve.prefill_server.server import build_parser
+
+    decode = parse(monkeypatch, {}, [])
+    assert build_parser().parse_args([]).max_num_batched_tokens == PREFILL_MAX_NUM_BATCHED_TOKENS < \
+        SCHEDULER_DEFAULTS.max_num_batched_tokens == decode.max_num_batched_tokens
+    assert decode.model_step_nice == 5 and parse(monkeypatch, {}, ["--model-step-nice", "0"]).model_step_nice == 0
+    with pytest.raises(SystemExit):
+        parse(monkeypatch, {}, ["--model-step-nice", "-1"])  # raising priority needs privileges; not a flag's job
+
+
+def test_lower_thread_priority_lowers_only_the_calling_thread():
+    import os
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pdserve.common.worker import lower_thread_priority
+
+    def nice_of_this_thread() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = nice_of_this_thread()
+    with ThreadPoolExecutor(1, initializer=lower_thread_priority, initargs=(3,)) as pool:
+        assert pool.submit(nice_of_this_thread).result() == min(mine + 3, 19)
+    assert nice_of_this_thread() == mine

@@ -55,6 +55,38 @@ def test_uploader_stores_each_chunks_blocks_as_it_completes(tiny_runtime):
         assert kv.data[key] == seq.kv.export_block(i)
 
 
+class SlowKV(RecordingKV):
+    """Each Put takes a few event-loop turns, so that concurrent Puts would overlap."""
+
+    def __init__(self):
+        super().__init__()
+        self.events: list[tuple[str, str]] = []
+
+    async def put(self, blocks, lease_id, ttl):
+        self.events.append(("start", lease_id))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self.events.append(("end", lease_id))
+        return await super().put(blocks, lease_id, ttl)
+
+
+def test_a_workers_uploaders_store_one_request_at_a_time_in_order(tiny_runtime):
+    """The requests of one step finish together; their Puts go one after another, so the first is stored (and
+    answered) after one Put's time, not after all of them."""
+    kv, turns = SlowKV(), asyncio.Lock()
+    prompts = [list(range(3 + i, 40 + i)) for i in range(3)]
+    seqs = [tiny_runtime.new_sequence(p, PARAMS, f"r{i}") for i, p in enumerate(prompts)]
+    tiny_runtime.prefill([(s, len(s.prompt_ids)) for s in seqs])
+
+    async def scenario():
+        uploaders = [BlockUploader(kv, LocalPrefixCache(1 << 24), s, block_keys(s.prompt_ids, tiny_runtime.config.fingerprint,
+                                   tiny_runtime.block_tokens), 0, f"lease-{i}", 30.0, turns) for i, s in enumerate(seqs)]
+        await asyncio.gather(*(u.finish() for u in uploaders))
+
+    asyncio.run(scenario())
+    assert kv.events == [(edge, f"lease-{i}") for i in range(3) for edge in ("start", "end")]
+
+
 @pytest.fixture(scope="module")
 def chunked_stack(tiny_model_path):
     stack = start_stack(model=str(tiny_model_path), metrics=True,

@@ -67,3 +67,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--modes", default="in_process,disaggregated,colocated", help="--compare: which of the three")
     g.add_argument("--kv-shm", action="store_true",
                    help="--compare: the disaggregated stack moves KV blocks through /dev/shm (kvstore and workers)")
+    g.add_argument("--prefill-flags", default="", metavar="FLAGS",
+                   help="--compare: extra flags for the prefill worker, e.g. \"--max-num-batched-tokens 2048\"")
+    g.add_argument("--decode-flags", default="", metavar="FLAGS",
+                   help="--compare: extra flags for the decode worker (which also prefills in the colocated stack)")

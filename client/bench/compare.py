@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import shlex
 import urllib.request
 
 import numpy as np
@@ -43,11 +44,12 @@ def step_wall_seconds(metrics_ports: list[int], phase: str) -> float | None:
     return total
 
 
-def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False):
+def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
+                   extra: dict[str, list[str]] | None = None):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run)."""
     from pdserve.client.launcher import Stack, StackSpec
 
-    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm)) as stack:
+    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {})) as stack:
         ports = [p.metrics_port for p in (stack.decodes if colocated else stack.prefills)]
         before: list[float | None] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
@@ -125,7 +127,8 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
                                               lambda b, _: run(b, requests, spec)))
             backend_name = InProcessBackend.name
         else:
-            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm)
+            extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
+            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra)
             backend_name = f"pdserve-{mode}"
         summary = summarize(result, percentiles, slo)
         print(format_result(summary, f"{mode}", percentiles), flush=True)
@@ -136,7 +139,10 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
         if summary["completed"] == 0:
             e = summary["errors_by_status"][0]
             raise BenchError(f"{mode}: no request succeeded: {e['status']}: {e['message']}")
-    print(format_comparison(describe_workload(a, len(requests), spec), points))
+    workload = describe_workload(a, len(requests), spec)
+    workload += "".join(f"; {role} flags: {flags}" for role, flags in (("prefill", a.prefill_flags),
+                                                                       ("decode", a.decode_flags)) if flags)
+    print(format_comparison(workload, points))
     if a.save_result is not None:
         path = a.save_result or default_result_path("compare")
         save_json(path, {mode: dict(result_json(p["summary"], p["config"], p["result"]), **p.get("handoff", {}))
