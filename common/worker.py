@@ -42,9 +42,6 @@ TokenEvent = tuple[list[int], StepResult]
 ITL = ClockPair("pdserve_inter_token_latency", "Time between consecutive output tokens of a sequence", ("model_name",),
                 WALL_STEP_BUCKETS, MODELED_STEP_BUCKETS)
 SCHEDULER_DEFAULTS = SchedulerConfig()
-# a prefill worker's step: its KV goes to the kvstore while the next step computes, so smaller steps hide more of the
-# hand-off (docs/kv-transfer.md has the measurement); 512 prompt tokens still make every weight product a full GEMM
-PREFILL_MAX_NUM_BATCHED_TOKENS = 512
 DEFAULT_STEP_NICE = 5
 
 
@@ -277,15 +274,14 @@ class Worker:
 
 
 # --- flags and startup shared by both workers -----------------------------------------------------------------------
-def worker_parser(name: str, default_port: int, max_queue: int,
-                  max_num_batched_tokens: int = SCHEDULER_DEFAULTS.max_num_batched_tokens) -> FlagParser:
+def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
     parser = service_parser(name, default_port)
     add_model_flags(parser)
     parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
     parser.add_argument("--kv-shm", action="store_true",
                         help="move KV blocks through /dev/shm with kvstores on this host that allow it (--kv-shm "
                              "there too); others get the socket")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=max_num_batched_tokens,
+    parser.add_argument("--max-num-batched-tokens", type=int, default=SCHEDULER_DEFAULTS.max_num_batched_tokens,
                         help="prompt (or recomputed) tokens in one step; longer prompts run in chunks")
     parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER_DEFAULTS.max_num_seqs,
                         help="sequences in one step")

@@ -14,8 +14,7 @@ from pdserve.common.convert import token_step
 from pdserve.common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
-from pdserve.common.worker import (PREFILL_MAX_NUM_BATCHED_TOKENS, Job, Worker, WorkerDraining, WorkerFull, build_worker,
-                                   run_worker, worker_parser)
+from pdserve.common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
 from pdserve.engine.kv_cache import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
@@ -177,8 +176,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
 
 
 def build_parser():
-    parser = worker_parser("prefill_server", 50061, max_queue=256,
-                           max_num_batched_tokens=PREFILL_MAX_NUM_BATCHED_TOKENS)
+    parser = worker_parser("prefill_server", 50061, max_queue=256)
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
     parser.add_argument("--kv-put-at-end", action="store_true",
                         help="store a prompt's KV blocks once the whole prompt is prefilled, instead of as each "

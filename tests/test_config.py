@@ -60,14 +60,9 @@ def test_boolean_variables(monkeypatch):
         router_parser().parse_args([])
 
 
-def test_prefill_worker_steps_are_smaller_by_default_and_the_model_step_runs_nicer(monkeypatch):
-    from pdserve.common.worker import PREFILL_MAX_NUM_BATCHED_TOKENS, SCHEDULER_DEFAULTS
-    from pdserve.prefill_server.server import build_parser
-
-    decode = parse(monkeypatch, {}, [])
-    assert build_parser().parse_args([]).max_num_batched_tokens == PREFILL_MAX_NUM_BATCHED_TOKENS < \
-        SCHEDULER_DEFAULTS.max_num_batched_tokens == decode.max_num_batched_tokens
-    assert decode.model_step_nice == 5 and parse(monkeypatch, {}, ["--model-step-nice", "0"]).model_step_nice == 0
+def test_the_model_step_runs_nicer_by_default(monkeypatch):
+    assert parse(monkeypatch, {}, []).model_step_nice == 5
+    assert parse(monkeypatch, {}, ["--model-step-nice", "0"]).model_step_nice == 0
     with pytest.raises(SystemExit):
         parse(monkeypatch, {}, ["--model-step-nice", "-1"])  # raising priority needs privileges; not a flag's job
 
