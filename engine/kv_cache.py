@@ -100,14 +100,20 @@ class SequenceKV:
         self.v[layer, :, start:start + n] = v_new.transpose(1, 0, 2)
 
     # --- exchange format ---------------------------------------------------------------------------------------
-    def export_block(self, index: int) -> bytes:
-        """Block ``index`` as bytes, [layers, 2, n, kv_heads, head_dim]; n < block_tokens only for the tail."""
+    def export_block(self, index: int) -> memoryview:
+        """Block ``index`` as bytes, [layers, 2, n, kv_heads, head_dim]; n < block_tokens only for the tail.
+
+        One copy: K and V are transposed straight into a new buffer of their own (not a view of the cache), whose
+        bytes the caller may keep."""
         start = index * self.block_tokens
         end = min(start + self.block_tokens, self.length)
         if not 0 <= start < end:
             raise IndexError(f"block {index} is outside the {self.length} cached tokens")
-        kv = np.stack([self.k[:, :, start:end], self.v[:, :, start:end]], axis=1)  # [L, 2, kvh, n, D]
-        return np.ascontiguousarray(kv.transpose(0, 1, 3, 2, 4)).tobytes()
+        c = self.config
+        out = np.empty((c.n_layers, 2, end - start, c.n_kv_heads, c.head_dim), dtype="<f4")
+        out[:, 0] = self.k[:, :, start:end].transpose(0, 2, 1, 3)
+        out[:, 1] = self.v[:, :, start:end].transpose(0, 2, 1, 3)
+        return memoryview(out).cast("B")
 
     def append_block(self, data: bytes, tokens: int) -> None:
         """Append one block received as bytes; validates its size against the model's shape before reading it."""

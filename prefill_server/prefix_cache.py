@@ -21,11 +21,11 @@ class LocalPrefixCache:
                 return i
         return len(keys)
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str) -> bytes | memoryview:
         self._blocks.move_to_end(key)
         return self._blocks[key]
 
-    def add(self, key: str, data: bytes) -> None:
+    def add(self, key: str, data: bytes | memoryview) -> None:
         if key in self._blocks or len(data) > self.capacity_bytes:
             return
         while self.bytes_used + len(data) > self.capacity_bytes:

@@ -93,6 +93,13 @@ def test_blocks_export_import_continue_identically(tiny_runtime):
     blocks = [(a.kv.export_block(i), min(16, a.kv.length - 16 * i)) for i in range(a.kv.num_blocks)]
     assert [n for _, n in blocks] == [16, 16, 5]
     assert all(len(data) == block_nbytes(runtime.config, n) for data, n in blocks)
+    layout = np.frombuffer(blocks[1][0], dtype="<f4").reshape(runtime.config.n_layers, 2, 16, -1, a.kv.k.shape[-1])
+    assert np.array_equal(layout[:, 0], a.kv.k[:, :, 16:32].transpose(0, 2, 1, 3))  # [layers, K/V, token, head, dim]
+    assert np.array_equal(layout[:, 1], a.kv.v[:, :, 16:32].transpose(0, 2, 1, 3))
+    kept, cached = bytes(blocks[1][0]), a.kv.k[:, :, 16:32].copy()
+    a.kv.k[:, :, 16:32] += 1.0  # the exported bytes are the block's own, not a view of the cache
+    assert bytes(blocks[1][0]) == kept
+    a.kv.k[:, :, 16:32] = cached
 
     b = runtime.new_sequence(prompt, params)
     for data, n in blocks:
