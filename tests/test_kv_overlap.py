@@ -129,19 +129,23 @@ def _prefill(stack, prompt: list[int]) -> prefill_pb2.PrefillReply:
             request_id="early", token_ids=prompt, sampling=sampling))
 
 
-async def _decode_early(stack, prompt, reply, keys: list[str], lease: str, feed) -> list[int]:
-    """Start a Decode whose blocks are not stored yet (``keys`` under ``lease``), then run ``feed()``."""
+def _early_request(prompt, reply, keys: list[str], lease: str) -> decode_pb2.DecodeRequest:
+    """A Decode request for ``reply``'s prompt whose blocks are ``keys`` under ``lease`` (not stored yet)."""
     handle = common_pb2.KVHandle()
     handle.CopyFrom(reply.kv)
     del handle.block_keys[:]
     handle.block_keys.extend(keys)
     handle.lease_id, handle.wait_s = lease, 120.0
-    request = decode_pb2.DecodeRequest(request_id="early", prompt_ids=prompt, kv=handle,
-                                       first_token=reply.first.token_ids[0],
-                                       sampling=common_pb2.SamplingParams(max_tokens=PARAMS.max_tokens,
-                                                                          temperature=0.0, ignore_eos=True))
+    return decode_pb2.DecodeRequest(request_id="early", prompt_ids=prompt, kv=handle,
+                                    first_token=reply.first.token_ids[0],
+                                    sampling=common_pb2.SamplingParams(max_tokens=PARAMS.max_tokens,
+                                                                       temperature=0.0, ignore_eos=True))
+
+
+async def _decode_early(stack, prompt, reply, keys: list[str], lease: str, feed) -> list[int]:
+    """Start a Decode whose blocks are not stored yet (``keys`` under ``lease``), then run ``feed()``."""
     async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
-        call = decode_pb2_grpc.DecodeStub(ch).Decode(request)
+        call = decode_pb2_grpc.DecodeStub(ch).Decode(_early_request(prompt, reply, keys, lease))
         await feed()
         chunks = await asyncio.wait_for(_collect(call), 60)  # far below wait_s: it must not sit out the wait
     return list(reply.first.token_ids) + [t for c in chunks for t in c.step.token_ids]
@@ -215,3 +219,23 @@ def test_a_waiting_get_ends_at_its_deadline(chunked_stack):
             await kv.close()
 
     asyncio.run(scenario())
+
+
+def test_a_decode_cancelled_while_its_blocks_arrive_is_counted_as_an_abort(chunked_stack):
+    """The caller goes away while decode still waits for the KV: the fetch stops, and the request is counted."""
+    prompt = list(range(11, 81))
+    reply = _prefill(chunked_stack, prompt)
+    never = [f"never-{i}" for i in range(len(reply.kv.block_keys))]
+    port = chunked_stack.decodes[0].metrics_port
+    aborts = ("pdserve_decode_requests_total", (("finished_reason", "abort"),))
+    before = scrape(port).get(aborts, 0.0)
+
+    async def scenario():
+        async with grpc.aio.insecure_channel(chunked_stack.decodes[0].target) as ch:
+            call = decode_pb2_grpc.DecodeStub(ch).Decode(_early_request(prompt, reply, never, "never-lease"))
+            await asyncio.to_thread(wait_until, lambda: _waiting_gets(chunked_stack) == 1, 30, "decode waiting")
+            call.cancel()
+
+    asyncio.run(scenario())
+    wait_until(lambda: _waiting_gets(chunked_stack) == 0, 30, "the fetch stopped")
+    wait_until(lambda: scrape(port).get(aborts, 0.0) == before + 1, 30, "the abort counted")
