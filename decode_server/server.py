@@ -47,6 +47,7 @@ PREFETCHES = Counter("pdserve_decode_kv_prefetch_total",
                      "or expired before a Decode call took them), failed", ["outcome"])
 PREFETCH_OUTCOMES = ("adopted", "partial", "dropped", "failed")
 KV_ERRORS = (KVIntegrityError, ValueError, grpc.aio.AioRpcError)
+DEFAULT_MAX_PREFETCHES = 16
 
 
 def kv_error_detail(exc: Exception) -> str:
@@ -66,7 +67,8 @@ class Prefetch:
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
     def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink",
-                 kv_load_failure_policy: str = "recompute", max_prefetches: int = 16) -> None:
+                 kv_load_failure_policy: str = "recompute",
+                 max_prefetches: int = DEFAULT_MAX_PREFETCHES) -> None:
         self.worker = worker
         self.runtime = worker.runtime
         self.kv = kv
@@ -323,7 +325,7 @@ def build_parser():
                              "preempts where the real cluster would")
     parser.add_argument("--slab-tokens", type=int, default=DEFAULT_SLAB_TOKENS,
                         help="sequences up to this length share the batched-attention slab")
-    parser.add_argument("--max-prefetches", type=int, default=16,
+    parser.add_argument("--max-prefetches", type=int, default=DEFAULT_MAX_PREFETCHES,
                         help="KV prefetches (requests still in prefill) held at once; more are refused")
     parser.add_argument("--kv-load-failure-policy", default="recompute", choices=KV_LOAD_FAILURE_POLICIES,
                         help="when the prompt's KV cannot be fetched: recompute it here, or fail the request")

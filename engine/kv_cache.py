@@ -42,6 +42,14 @@ def tail_block_key(scope: str, token_count: int) -> str:
     return f"tail:{scope}:{token_count}"
 
 
+def handle_block_keys(full_block_keys: list[str], scope: str, token_count: int, block_tokens: int) -> list[str]:
+    """The keys of a prompt's KV handle: its full blocks' keys, then its partial last block's (named by ``scope``,
+    the prefill call's lease id) when ``token_count`` is not a whole number of blocks. Prefill stores under these
+    keys, and the router predicts them to prefetch before prefill returns."""
+    tail = [tail_block_key(scope, token_count)] if token_count % block_tokens else []
+    return list(full_block_keys) + tail
+
+
 def block_nbytes(config: ModelConfig, tokens: int) -> int:
     return config.n_layers * 2 * tokens * config.n_kv_heads * config.head_dim * 4
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from pdserve.engine.kv_cache import tail_block_key
+from pdserve.engine.kv_cache import handle_block_keys
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
@@ -65,12 +65,10 @@ class BlockUploader:
         """Store what is left (the last full blocks and the partial tail) and wait for every Put; returns the
         handle's keys. A failed Put raises here, after the others are cancelled."""
         blocks = self._export_ready()
-        keys = list(self.keys)
         n, bt = len(self.seq.prompt_ids), self.seq.kv.block_tokens
-        if n % bt:
-            tail = tail_block_key(self.lease_id, n)
-            keys.append(tail)
-            blocks.append(BlockData(tail, n % bt, self.seq.kv.export_block(len(self.keys))))
+        keys = handle_block_keys(self.keys, self.lease_id, n, bt)
+        if len(keys) > len(self.keys):  # the partial tail
+            blocks.append(BlockData(keys[-1], n % bt, self.seq.kv.export_block(len(self.keys))))
         self._put(blocks)
         try:
             await asyncio.gather(*self.pending)

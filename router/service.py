@@ -14,7 +14,7 @@ from pdserve.common.metrics import request_id_var
 from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import check_request_id
-from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys, tail_block_key
+from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
@@ -218,9 +218,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         prompt is computed), so that little of the hand-off is left when prefill returns; returns that worker."""
         if not self.config.decode_prefetch:
             return "", None
-        handle_keys = list(keys)
-        if len(ids) % self.config.block_tokens:
-            handle_keys.append(tail_block_key(lease_id, len(ids)))  # the partial last block, as prefill names it
+        handle_keys = handle_block_keys(keys, lease_id, len(ids), self.config.block_tokens)  # as prefill names them
         remaining = context.time_remaining()
         handle = common_pb2.KVHandle(block_keys=handle_keys, token_count=len(ids), block_tokens=self.config.block_tokens,
                                      lease_id=lease_id, lease_ttl_s=self.config.lease_ttl_s,

@@ -13,10 +13,8 @@ from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.conftest import start_stack
 from tests.helpers import reference, scrape, wait_until
 
-CHUNK = 32  # prefill's --max-num-batched-tokens in these stacks: a 100-token prompt takes 4 steps
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
@@ -85,14 +83,6 @@ def test_a_workers_uploaders_store_one_request_at_a_time_in_order(tiny_runtime):
 
     asyncio.run(scenario())
     assert kv.events == [(edge, f"lease-{i}") for i in range(3) for edge in ("start", "end")]
-
-
-@pytest.fixture(scope="module")
-def chunked_stack(tiny_model_path):
-    stack = start_stack(model=str(tiny_model_path), metrics=True,
-                        extra={"prefill": ["--max-num-batched-tokens", str(CHUNK)]})
-    yield stack
-    stack.stop()
 
 
 def _waiting_gets(stack) -> float:

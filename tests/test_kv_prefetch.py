@@ -9,20 +9,15 @@ import pytest
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.engine.params import SamplingParams
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.conftest import start_stack
 from tests.helpers import kv_leases, reference, scrape, wait_until
 
-CHUNK = 32  # prefill's --max-num-batched-tokens: a 100-token prompt takes 4 steps, its blocks stored as they finish
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 SAMPLING = common_pb2.SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def stack(tiny_model_path):
-    stack = start_stack(model=str(tiny_model_path), metrics=True,
-                        extra={"prefill": ["--max-num-batched-tokens", str(CHUNK)]})
-    yield stack
-    stack.stop()
+def stack(chunked_stack):
+    return chunked_stack
 
 
 def _prefetches(stack, outcome: str) -> float:
