@@ -8,17 +8,21 @@ the shared slab attend together in compiled loops (engine/decode_attention.py), 
 
 from __future__ import annotations
 
-import numpy as np
-
-from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
+from contextlib import nullcontext
 from dataclasses import dataclass
+
+import numpy as np
 
 from pdserve.engine.decode_attention import DecodeAttention
 from pdserve.engine.fast_exp import exp_nonpositive
+from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from pdserve.engine.kv_cache import KVSlab, SequenceKV
 from pdserve.engine.parallel import Parallel
 
 F32 = np.float32
+# rows of a forward from which every product runs on our two threads instead of BLAS's (engine/parallel.py): below
+# it the column halves measured slower (1 row: 41 ms against 22 ms for 30 layers of products)
+MIN_SPLIT_ROWS = 16
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 
@@ -81,8 +85,8 @@ class LlamaModel:
         self.rope = RotaryEmbedding(c.head_dim, c.rope_freq_base, c.context_length)
         self.eps = F32(c.rms_eps)
         self.scale = F32(1.0 / np.sqrt(c.head_dim))
-        self.parallel = Parallel()  # prefill attention's blocks on two threads
-        self.decode_attention = DecodeAttention()
+        self.parallel = Parallel()  # attention's work, and for large batches every product, on two threads
+        self.decode_attention = DecodeAttention(self.parallel)
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
@@ -103,44 +107,54 @@ class LlamaModel:
 
     # --- the forward pass --------------------------------------------------------------------------------------
     def forward(self, caches: list[SequenceKV], new_tokens: list[list[int]], slab: KVSlab | None = None) -> np.ndarray:
-        c, w = self.config, self.weights
+        c = self.config
         flat = np.fromiter((t for seq in new_tokens for t in seq), dtype=np.int64)
         if flat.size and (flat.min() < 0 or flat.max() >= c.vocab_size):
             raise ValueError(f"token id outside 0..{c.vocab_size - 1}")
         plan = AttentionPlan.build(caches, [len(t) for t in new_tokens], slab, c.context_length)
+        cos, sin = self.rope.tables(plan.positions)
+        split = self.parallel.threads > 1 and flat.size >= MIN_SPLIT_ROWS
+        with self.parallel.single_threaded_blas() if split else nullcontext():
+            return self._layers(plan, flat, cos, sin, split)
+
+    def _layers(self, plan: AttentionPlan, flat: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                split: bool) -> np.ndarray:
+        """The decoder over ``flat`` tokens; ``split``: every product and the decode attention on both of
+        ``self.parallel``'s threads (engine/parallel.py says why)."""
+        c, w = self.config, self.weights
         q_width = c.n_heads * c.head_dim
         kv_width = c.n_kv_heads * c.head_dim
         heads_qk = c.n_heads + c.n_kv_heads
-        cos, sin = self.rope.tables(plan.positions)
-
+        mm = self.parallel.matmul if split else np.matmul
         x = w.token_embedding[flat]  # [N, hidden] (a fresh copy: updated in place below)
         for layer, lw in enumerate(w.layers):
             # attention block
             h = rms_norm(x, None, self.eps)  # attn_norm gain is folded into wqkv
-            qkv = h @ lw.wqkv  # [N, q_width + 2 * kv_width]
+            qkv = mm(h, lw.wqkv)  # [N, q_width + 2 * kv_width]
             qk = RotaryEmbedding.apply(qkv[:, :q_width + kv_width].reshape(-1, heads_qk, c.head_dim), cos, sin)
             q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]  # [N, H, D], [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
-            attn = self._attention(plan, layer, q, k, v)  # [N, H * D]
-            x += attn @ lw.wo
+            attn = self._attention(plan, layer, q, k, v, split)  # [N, H * D]
+            x += mm(attn, lw.wo)
             # feed-forward block (SwiGLU)
             h = rms_norm(x, None, self.eps)  # ffn_norm gain is folded into w_gate_up
-            gate_up = h @ lw.w_gate_up  # [N, 2 * ffn]
-            x += silu_mul(gate_up[:, :c.ffn_hidden], gate_up[:, c.ffn_hidden:]) @ lw.w_down
-        for kv, n in zip(caches, plan.counts):
+            gate_up = mm(h, lw.w_gate_up)  # [N, 2 * ffn]
+            x += mm(silu_mul(gate_up[:, :c.ffn_hidden], gate_up[:, c.ffn_hidden:]), lw.w_down)
+        for kv, n in zip(plan.caches, plan.counts):
             kv.length += n
         last = x[plan.offsets[1:] - 1]  # [n_sequences, hidden]
-        return rms_norm(last, w.output_norm, self.eps) @ w.output  # [n_sequences, vocab]
+        return mm(rms_norm(last, w.output_norm, self.eps), w.output)  # [n_sequences, vocab]
 
-    def _attention(self, plan: AttentionPlan, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    def _attention(self, plan: AttentionPlan, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                   split: bool) -> np.ndarray:
         """Write this layer's new K, V into the caches and attend, as the plan says. q: [N, H, D]; k, v: [N, KVH, D]."""
         c = self.config
         if plan.all_slab:  # a pure decode step over the slab takes the rows as they are: no gather, no scatter
-            return self._attend_slab(q, k, v, plan, layer)
+            return self._attend_slab(q, k, v, plan, layer, split)
         attn = np.empty((q.shape[0], c.n_heads * c.head_dim), dtype=F32)
         if plan.slab_rows.size:
             rows = plan.slab_rows
-            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer)
+            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer, split)
         for i, lo, hi in plan.singles:
             kv, start = plan.caches[i], plan.starts[i]
             kv.write(layer, start, k[lo:hi], v[lo:hi])
@@ -194,14 +208,14 @@ class LlamaModel:
             block_out /= scores.sum(axis=-1, keepdims=True)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
-                     layer: int) -> np.ndarray:
+                     layer: int, split: bool) -> np.ndarray:
         """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         slab.k[layer, slots, :, lengths - 1] = k
         slab.v[layer, slots, :, lengths - 1] = v
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
-        return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths).reshape(q.shape[0], -1)
+        return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split).reshape(q.shape[0], -1)
 
 
 @dataclass

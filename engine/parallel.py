@@ -1,9 +1,16 @@
-"""Two-way work splitting for the attention of a forward pass, on a machine with few cores.
+"""Two-way work splitting for a forward pass, on a machine with few cores.
 
-The linear layers are large matrix products that BLAS spreads over the cores itself. Attention is many smaller
-products and elementwise passes: BLAS's own threads gain little there (measured slower than one thread on a busy
-2-core machine), and numpy's elementwise passes use one core. So attention splits its work in two halves run by two
+BLAS spreads a large matrix product over the cores itself. Attention is many smaller products, compiled loops and
+elementwise passes: BLAS's own threads gain little there (measured slower than one thread on a busy 2-core machine),
+and the loops and numpy's elementwise passes use one core. So attention splits its work in two halves run by two
 Python threads (numpy, BLAS and the compiled kernels release the GIL), with BLAS held to one thread meanwhile.
+
+For a batch of many rows the forward pass goes further and runs every product on these two threads too, each on half
+of the weight's columns, with BLAS on one thread for the whole pass. The reason is OpenBLAS's idle workers: after a
+product they spin on their core for a while before they sleep, so a compiled attention loop started on that core
+right after a product shares it with a spinning thread. Measured on the 2-core machine (30 layers of SmolLM2's
+matrices, 32 rows): OpenBLAS's two threads 100 ms, the column halves 92 ms; with every product split, the decode
+attention's two halves stop losing to the spin (docs/engine.md has the step times).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-import numpy  # noqa: F401  (loads BLAS, whose thread count sets the default split)
+import numpy as np  # (loads BLAS, whose thread count sets the default split)
 from threadpoolctl import ThreadpoolController
 
 
@@ -42,6 +49,14 @@ class Parallel:
         finally:
             other.result()
 
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a @ b, each worker computing half of b's columns (a strided view: no copy). Run it with BLAS held to one
+        thread (:meth:`single_threaded_blas`), or each half would start BLAS's own threads as well."""
+        out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
+        mid = b.shape[1] // 2
+        self.both(_matmul_into, (a, b[:, :mid], out[:, :mid]), (a, b[:, mid:], out[:, mid:]))
+        return out
+
     @contextmanager
     def single_threaded_blas(self) -> Iterator[None]:
         """BLAS on one thread inside (each of our threads runs its own products), back to its setting after."""
@@ -53,3 +68,7 @@ class Parallel:
         finally:
             for lib, n in zip(self._blas, before):
                 lib.set_num_threads(n)
+
+
+def _matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(a, b, out=out)

@@ -52,3 +52,57 @@ def test_attention_splits_only_within_the_blas_threads_the_process_was_given():
     with threadpool_limits(limits=1, user_api="blas"):
         assert Parallel().threads == 1
     assert Parallel(2).threads == 2
+
+
+def test_column_halves_on_two_threads_multiply_like_one_product():
+    """Parallel.matmul (each thread half of the weight's columns, an odd count too) gives the product."""
+    from pdserve.engine.parallel import Parallel
+
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((33, 70)).astype(np.float32)
+    b = rng.standard_normal((70, 131)).astype(np.float32)
+    parallel = Parallel(2)
+    with parallel.single_threaded_blas():
+        got = parallel.matmul(a, b)
+    assert got.dtype == np.float32 and got.shape == (33, 131)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_a_forward_of_many_rows_runs_every_product_on_both_threads(tiny_runtime, monkeypatch):
+    """From MIN_SPLIT_ROWS rows on, a two-thread model runs each layer's products and the output head as column
+    halves on its own threads, with BLAS on one thread for the pass and back to its setting after; fewer rows leave
+    the products to BLAS. The logits match the one-thread model's up to summation order."""
+    from threadpoolctl import ThreadpoolController
+
+    from pdserve.engine.decode_attention import DecodeAttention
+    from pdserve.engine.model import MIN_SPLIT_ROWS
+    from pdserve.engine.parallel import Parallel
+
+    model = tiny_runtime.model
+    prompt = [[(7 * i) % 200 + 3 for i in range(MIN_SPLIT_ROWS + 9)]]
+    monkeypatch.setattr(model, "parallel", Parallel(1))
+    monkeypatch.setattr(model, "decode_attention", DecodeAttention(model.parallel))
+    want = model.prefill([model.new_kv()], prompt)
+
+    two = Parallel(2)
+    monkeypatch.setattr(model, "parallel", two)
+    monkeypatch.setattr(model, "decode_attention", DecodeAttention(two))
+    products, blas_threads = [], []
+    real_matmul = two.matmul
+
+    def counted(a, b):
+        blas_threads.append([lib.num_threads for lib in two._blas])
+        products.append(a.shape[0])
+        return real_matmul(a, b)
+
+    monkeypatch.setattr(two, "matmul", counted)
+    before = [lib.num_threads for lib in ThreadpoolController().select(user_api="blas").lib_controllers]
+    got = model.prefill([model.new_kv()], prompt)
+    assert len(products) == 4 * model.config.n_layers + 1  # qkv, wo, gate_up, down per layer; the head
+    assert all(threads == [1] * len(threads) for threads in blas_threads)
+    assert [lib.num_threads for lib in ThreadpoolController().select(user_api="blas").lib_controllers] == before
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    products.clear()
+    model.prefill([model.new_kv()], [prompt[0][:MIN_SPLIT_ROWS - 1]])
+    assert products == []
