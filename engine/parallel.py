@@ -10,7 +10,7 @@ of the weight's columns, with BLAS on one thread for the whole pass. The reason 
 product they spin on their core for a while before they sleep, so a compiled attention loop started on that core
 right after a product shares it with a spinning thread. Measured on the 2-core machine (30 layers of SmolLM2's
 matrices, 32 rows): OpenBLAS's two threads 100 ms, the column halves 92 ms; with every product split, the decode
-attention's two halves stop losing to the spin (docs/engine.md has the step times).
+attention's two halves stop losing to the spin (the README's Benchmarks section has the step times).
 """
 
 from __future__ import annotations
