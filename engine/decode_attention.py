@@ -93,7 +93,7 @@ class DecodeAttention:
         tasks, width = b * n_kv, int(lengths.max())
         scores = np.empty((b, n_kv, group, width), dtype=F32)
         out = np.empty((b, n_kv, group, dim), dtype=F32)
-        if not split or self.parallel.threads < 2 or int(lengths.sum()) * n_kv < self.min_split_keys:
+        if not split or not self.splits(lengths, n_kv):
             _scores(q, keys, slots, lengths, 0, tasks, 0, width, scores)
             _softmax(scores)
             _weighted_values(scores, values, slots, lengths, 0, tasks, 0, width, out)
@@ -101,6 +101,10 @@ class DecodeAttention:
             with self.parallel.single_threaded_blas():
                 self._split(q, keys, values, slots, lengths, scores, out)
         return out
+
+    def splits(self, lengths: np.ndarray, n_kv: int) -> bool:
+        """Whether a batch of these lengths is enough work to split in two (on a two-way ``parallel``)."""
+        return self.parallel.threads > 1 and int(lengths.sum()) * n_kv >= self.min_split_keys
 
     def _split(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray, lengths: np.ndarray,
                scores: np.ndarray, out: np.ndarray) -> None:

@@ -106,3 +106,29 @@ def test_a_forward_of_many_rows_runs_every_product_on_both_threads(tiny_runtime,
     products.clear()
     model.prefill([model.new_kv()], [prompt[0][:MIN_SPLIT_ROWS - 1]])
     assert products == []
+
+
+def test_a_decode_step_takes_both_threads_only_when_its_attention_is_worth_splitting(tiny_runtime, monkeypatch):
+    """A decode step of MIN_SPLIT_ROWS sequences runs its products on our two threads only when the decode attention
+    has enough keys to split too (at short contexts BLAS's own threads are faster)."""
+    from pdserve.engine.bench import _decoding_sequences
+    from pdserve.engine.decode_attention import DecodeAttention
+    from pdserve.engine.model import MIN_SPLIT_ROWS
+    from pdserve.engine.parallel import Parallel
+
+    model, two = tiny_runtime.model, Parallel(2)
+    monkeypatch.setattr(model, "parallel", two)
+    products = []
+    real_matmul = two.matmul
+    monkeypatch.setattr(two, "matmul", lambda a, b: products.append(a.shape[0]) or real_matmul(a, b))
+    seqs = _decoding_sequences(tiny_runtime, MIN_SPLIT_ROWS, 40, 4)
+    try:
+        tiny_runtime.decode_step(seqs)  # the batch joins the slab
+        for min_split_keys, split in ((10**9, False), (1, True)):
+            monkeypatch.setattr(model, "decode_attention", DecodeAttention(two, min_split_keys=min_split_keys))
+            products.clear()
+            tiny_runtime.decode_step(seqs)
+            assert products == ([MIN_SPLIT_ROWS] * (4 * model.config.n_layers + 1) if split else [])
+    finally:
+        for seq in seqs:
+            tiny_runtime.free(seq)
