@@ -21,7 +21,10 @@ from pdserve.engine.parallel import Parallel
 F32 = np.float32
 # reassociation lets the compiler vectorize the dot products; no flag that assumes away inf (masked scores are -inf)
 _FASTMATH = {"reassoc", "contract"}
-_MIN_SPLIT_KEYS = 1 << 15  # keys per step (summed over sequences and heads) below which one thread does it all
+# keys per step (summed over sequences and heads) below which one thread does it all; a pure decode step below it
+# also leaves its products to BLAS's threads (LlamaModel._split_pays): with SmolLM2's 3 KV heads, batch 32 splits
+# from a context of about 341 tokens, batch 16 from about 683
+_MIN_SPLIT_KEYS = 1 << 15
 
 
 @compiled(fastmath=_FASTMATH)
@@ -49,7 +52,8 @@ def _scores(q, keys, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover -
 @compiled(fastmath=_FASTMATH)
 def _weighted_values(probs, values, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
     """out[b, j, i] = sum over t in t0..min(t1, lengths[b]) of probs[b, j, i, t] * values[slots[b], j, t]; tasks (b, j)
-    in lo..hi. Two value rows per pass over the outputs: half the loads and stores of ``out`` (measured 1.25x)."""
+    in lo..hi. Two value rows per pass over the outputs: half the loads and stores of ``out`` (alone, 30 layers at
+    batch 32 and context 512: 45.2 -> 35.8 ms)."""
     n_kv, group, dim = probs.shape[1], probs.shape[2], out.shape[3]
     for task in range(lo, hi):
         b, j = task // n_kv, task % n_kv

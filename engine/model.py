@@ -118,12 +118,16 @@ class LlamaModel:
             return self._layers(plan, flat, cos, sin, split)
 
     def _split_pays(self, plan: AttentionPlan, rows: int) -> bool:
-        """Whether this forward runs on our own two threads: for 16 rows or more, unless it is a decode step whose
-        attention is too small to split (at batch 32 and context 64 the split products measured 6-8% slower than
-        BLAS's threads; from context 512 the attention's second core makes up for it and more)."""
+        """Whether this forward runs its products on our own two threads (the decode attention too, where it is large
+        enough to split): for 16 rows or more when some sequence brings several new tokens (prefill), and for a pure
+        decode step only when its slab attention is large enough to split as well. At batch 32 and context 64 the
+        split products measured 6-8% slower than BLAS's threads; from context 512 the attention's second core makes up
+        for it and more."""
         if self.parallel.threads < 2 or rows < MIN_SPLIT_ROWS:
             return False
-        return bool(plan.singles) or self.decode_attention.splits(plan.lengths, self.config.n_kv_heads)
+        prefill = any(hi - lo > 1 for _, lo, hi in plan.singles)
+        return prefill or (plan.slab_rows.size > 0
+                           and self.decode_attention.splits(plan.lengths, self.config.n_kv_heads))
 
     def _layers(self, plan: AttentionPlan, flat: np.ndarray, cos: np.ndarray, sin: np.ndarray,
                 split: bool) -> np.ndarray:

@@ -20,7 +20,7 @@ from pdserve.engine.runtime import Runtime
 ROWS = 1 << 30  # a forward never has this many rows: the products stay with BLAS
 
 
-@compiled(fastmath={"reassoc", "contract"})
+@compiled(fastmath=decode_attention._FASTMATH)
 def _weighted_values_one_row(probs, values, slots, lengths, lo, hi, t0, t1, out):  # pragma: no cover - compiled
     n_kv, group, dim = probs.shape[1], probs.shape[2], out.shape[3]
     for task in range(lo, hi):

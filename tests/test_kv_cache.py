@@ -179,7 +179,7 @@ def test_blocked_causal_attention_matches_a_float64_reference(tiny_runtime, monk
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("slots, lengths", [([3, 0, 4], [290, 1, 137]), ([2], [290])])
+@pytest.mark.parametrize("slots, lengths", [([3, 0, 4], [290, 1, 137]), ([2], [290]), ([4, 1], [290, 7])])
 def test_slab_decode_attention_matches_a_float64_reference(threads, slots, lengths):
     """The compiled decode attention (slots in any order, members of different lengths; on one thread, or split over
     two by sequence and head or, for a single sequence, by position) equals softmax attention in float64 over each

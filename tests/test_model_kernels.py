@@ -72,7 +72,7 @@ def test_a_forward_of_many_rows_runs_every_product_on_both_threads(tiny_runtime,
     """From MIN_SPLIT_ROWS rows on, a two-thread model runs each layer's products and the output head as column
     halves on its own threads, with BLAS on one thread for the pass and back to its setting after; fewer rows leave
     the products to BLAS. The logits match the one-thread model's up to summation order."""
-    from threadpoolctl import ThreadpoolController
+    from threadpoolctl import ThreadpoolController, threadpool_limits
 
     from pdserve.engine.decode_attention import DecodeAttention
     from pdserve.engine.model import MIN_SPLIT_ROWS
@@ -84,33 +84,39 @@ def test_a_forward_of_many_rows_runs_every_product_on_both_threads(tiny_runtime,
     monkeypatch.setattr(model, "decode_attention", DecodeAttention(model.parallel))
     want = model.prefill([model.new_kv()], prompt)
 
-    two = Parallel(2)
-    monkeypatch.setattr(model, "parallel", two)
-    monkeypatch.setattr(model, "decode_attention", DecodeAttention(two))
-    products, blas_threads = [], []
-    real_matmul = two.matmul
+    def blas_threads() -> list[int]:
+        return [lib.num_threads for lib in ThreadpoolController().select(user_api="blas").lib_controllers]
 
-    def counted(a, b):
-        blas_threads.append([lib.num_threads for lib in two._blas])
-        products.append(a.shape[0])
-        return real_matmul(a, b)
+    with threadpool_limits(limits=2, user_api="blas"):  # as a process given two cores has
+        two = Parallel(2)
+        monkeypatch.setattr(model, "parallel", two)
+        monkeypatch.setattr(model, "decode_attention", DecodeAttention(two))
+        products, threads_inside = [], []
+        real_matmul = two.matmul
 
-    monkeypatch.setattr(two, "matmul", counted)
-    before = [lib.num_threads for lib in ThreadpoolController().select(user_api="blas").lib_controllers]
-    got = model.prefill([model.new_kv()], prompt)
-    assert len(products) == 4 * model.config.n_layers + 1  # qkv, wo, gate_up, down per layer; the head
-    assert all(threads == [1] * len(threads) for threads in blas_threads)
-    assert [lib.num_threads for lib in ThreadpoolController().select(user_api="blas").lib_controllers] == before
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        def counted(a, b):
+            threads_inside.append(blas_threads())
+            products.append(a.shape[0])
+            return real_matmul(a, b)
 
-    products.clear()
-    model.prefill([model.new_kv()], [prompt[0][:MIN_SPLIT_ROWS - 1]])
-    assert products == []
+        monkeypatch.setattr(two, "matmul", counted)
+        before = blas_threads()
+        assert before and before != [1] * len(before)
+        got = model.prefill([model.new_kv()], prompt)
+        assert len(products) == 4 * model.config.n_layers + 1  # qkv, wo, gate_up, down per layer; the head
+        assert all(threads == [1] * len(before) for threads in threads_inside)
+        assert blas_threads() == before
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+        products.clear()
+        model.prefill([model.new_kv()], [prompt[0][:MIN_SPLIT_ROWS - 1]])
+        assert products == []
 
 
 def test_a_decode_step_takes_both_threads_only_when_its_attention_is_worth_splitting(tiny_runtime, monkeypatch):
-    """A decode step of MIN_SPLIT_ROWS sequences runs its products on our two threads only when the decode attention
-    has enough keys to split too (at short contexts BLAS's own threads are faster)."""
+    """A decode step of MIN_SPLIT_ROWS sequences in the slab runs its products and its attention on our two threads
+    only when the attention has enough keys to split (at short contexts BLAS's own threads are faster); fewer
+    sequences, or single-token sequences outside the slab, never do."""
     from pdserve.engine.bench import _decoding_sequences
     from pdserve.engine.decode_attention import DecodeAttention
     from pdserve.engine.model import MIN_SPLIT_ROWS
@@ -118,17 +124,35 @@ def test_a_decode_step_takes_both_threads_only_when_its_attention_is_worth_split
 
     model, two = tiny_runtime.model, Parallel(2)
     monkeypatch.setattr(model, "parallel", two)
-    products = []
+    products, attention_splits = [], []
     real_matmul = two.matmul
     monkeypatch.setattr(two, "matmul", lambda a, b: products.append(a.shape[0]) or real_matmul(a, b))
-    seqs = _decoding_sequences(tiny_runtime, MIN_SPLIT_ROWS, 40, 4)
-    try:
-        tiny_runtime.decode_step(seqs)  # the batch joins the slab
-        for min_split_keys, split in ((10**9, False), (1, True)):
-            monkeypatch.setattr(model, "decode_attention", DecodeAttention(two, min_split_keys=min_split_keys))
+    real_split = DecodeAttention._split
+    monkeypatch.setattr(DecodeAttention, "_split",
+                        lambda self, q, *rest: attention_splits.append(q.shape[0]) or real_split(self, q, *rest))
+    layers = model.config.n_layers
+
+    def step(batch: int, min_split_keys: int) -> None:
+        monkeypatch.setattr(model, "decode_attention", DecodeAttention(two, min_split_keys=min_split_keys))
+        seqs = _decoding_sequences(tiny_runtime, batch, 40, 4)
+        try:
+            tiny_runtime.decode_step(seqs)  # the batch joins the slab
             products.clear()
+            attention_splits.clear()
             tiny_runtime.decode_step(seqs)
-            assert products == ([MIN_SPLIT_ROWS] * (4 * model.config.n_layers + 1) if split else [])
-    finally:
-        for seq in seqs:
-            tiny_runtime.free(seq)
+        finally:
+            for seq in seqs:
+                tiny_runtime.free(seq)
+
+    step(MIN_SPLIT_ROWS, min_split_keys=10**9)
+    assert products == [] and attention_splits == []
+    step(MIN_SPLIT_ROWS, min_split_keys=1)
+    assert products == [MIN_SPLIT_ROWS] * (4 * layers + 1) and attention_splits == [MIN_SPLIT_ROWS] * layers
+    step(MIN_SPLIT_ROWS - 1, min_split_keys=1)
+    assert products == [] and attention_splits == []
+
+    caches = [model.new_kv() for _ in range(MIN_SPLIT_ROWS)]  # outside any slab: each attends on its own
+    model.prefill(caches, [[5, 6, 7]] * MIN_SPLIT_ROWS)
+    products.clear()
+    model.decode_step(caches, [9] * MIN_SPLIT_ROWS)
+    assert products == []
