@@ -15,6 +15,8 @@ import time
 import grpc
 from prometheus_client import Counter, Histogram, Info
 
+from pdserve.perfmodel.deployment import deployment_from_args
+
 # Bucket edges. Two clocks, two ranges: the modeled (GPU) clock must tell a 10.9 ms decode step from an 18.4 ms one
 # and place a ~100 ms request within 10%; the wall (CPU) clock of a numpy model runs 10-100x slower. Per-RPC latency
 # starts at 100 us (kvstore RPCs are sub-millisecond on loopback).
@@ -73,12 +75,11 @@ def set_process_info(service: str, args=None, model_name: str = "", fingerprint:
     """
     labels = dict.fromkeys(INFO_LABELS, "")
     labels.update(service=service, model_name=model_name, model_fingerprint=fingerprint)
-    if args is not None and hasattr(args, "perf_model"):
-        labels.update(perf_model=args.perf_model, perf_hardware=args.perf_hardware, perf_gpus=str(args.perf_gpus),
-                      perf_tp=str(args.perf_tp), perf_ep=str(args.perf_ep), perf_software=args.perf_software,
-                      perf_dp_attention=str(bool(args.perf_dp_attention)).lower(),
-                      perf_kv_precision=args.perf_kv_precision or "model", pace=args.pace,
-                      time_scale=f"{args.time_scale:g}")
+    if args is not None and hasattr(args, "deployment"):
+        d = deployment_from_args(args)
+        labels.update(perf_model=d.model, perf_hardware=d.hardware, perf_gpus=str(d.gpus), perf_tp=str(d.tp),
+                      perf_ep=str(d.ep), perf_software=d.software, perf_dp_attention=str(d.dp_attention).lower(),
+                      perf_kv_precision=d.kv_precision or "model", pace=args.pace, time_scale=f"{args.time_scale:g}")
     PROCESS_INFO.info(labels)
 
 

@@ -15,7 +15,9 @@ from pdserve.common.convert import token_step
 from pdserve.common.metrics import RPC_BUCKETS
 from pdserve.common.status import abort_exhausted, abort_invalid
 from pdserve.common.validation import check_worker_request
-from pdserve.common.worker import ITL, Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
+from pdserve.worker.metrics import ITL
+from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
+from pdserve.worker.flags import build_worker, run_worker, worker_parser
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from pdserve.engine.kv_cache import SequenceKV
 from pdserve.engine.params import InvalidParameter

@@ -8,7 +8,7 @@ modeled``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from pdserve.perfmodel.hardware import GPU, gpu as gpu_by_name
 from pdserve.perfmodel.memory import MemoryFit, memory_fit
@@ -82,15 +82,42 @@ def kv_capacity_tokens(d: Deployment) -> int:
     return check_deployment(d).max_kv_tokens
 
 
+DEPLOYMENT_KEYS_HELP = ("model, hardware, gpus, tp, ep, dp_attention, software, kv_precision, gpus_per_node, "
+                        "two_batch_overlap")
+
+
+def parse_deployment(text: str, base: Deployment | None = None, field_name: str = "deployment") -> Deployment:
+    """``"hardware=H20-141G,gpus=8,tp=8,ep=8,dp_attention=1"`` over ``base`` (or the default deployment): the one
+    spelling of a modeled deployment, on the workers, ``pdserve perf``, ``simulate`` and ``plan``."""
+    values = {f.name: getattr(base or Deployment(), f.name) for f in fields(Deployment) if not f.name.startswith("_")}
+    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in values:
+            raise ValueError(f"{field_name}: {item!r} is not KEY=VALUE with KEY one of {', '.join(values)}")
+        kind = type(values[key])
+        try:
+            if kind is bool:
+                if value.lower() not in ("1", "0", "true", "false", "on", "off", "yes", "no"):
+                    raise ValueError
+                values[key] = value.lower() in ("1", "true", "on", "yes")
+            else:
+                values[key] = kind(value)
+        except ValueError:
+            raise ValueError(f"{field_name}: {key}={value!r} is not a {kind.__name__}") from None
+    return Deployment(**values)
+
+
+def add_deployment_flag(parser, flag: str = "--deployment", help: str = "") -> None:
+    """The modeled deployment as one ``KEY=V,..`` flag over the default (deepseek-r1 on 8 x H20-141G, TP8 EP8)."""
+    parser.add_argument(flag, default="", metavar="KEY=V,..",
+                        help=help or f"modeled deployment over the default (deepseek-r1, 8 x H20-141G, TP8 EP8, "
+                                     f"sglang); keys: {DEPLOYMENT_KEYS_HELP}; e.g. hardware=H200,dp_attention=1")
+
+
 def deployment_from_args(args: object) -> Deployment:
-    """The deployment the services' ``--perf-*`` flags describe (flags a service lacks keep their defaults)."""
-    defaults = Deployment()
-    return Deployment(
-        model=getattr(args, "perf_model", defaults.model), hardware=getattr(args, "perf_hardware", defaults.hardware),
-        gpus=getattr(args, "perf_gpus", defaults.gpus), tp=getattr(args, "perf_tp", defaults.tp),
-        ep=getattr(args, "perf_ep", defaults.ep), dp_attention=getattr(args, "perf_dp_attention", False),
-        software=getattr(args, "perf_software", defaults.software),
-        kv_precision=getattr(args, "perf_kv_precision", ""))
+    """The deployment a command's ``--deployment`` flag describes (the default one without the flag)."""
+    return parse_deployment(getattr(args, "deployment", ""))
 
 
 def check_scenario(d: Deployment, prompt_lens: list[int] | None = None, decode_batch: int = 0,

@@ -6,16 +6,14 @@ from pdserve.perfmodel.deployment import Deployment, check_scenario
 from pdserve.perfmodel.timing import Breakdown
 
 
-def scenario_report(model: str, hardware: str, gpus: int, tp: int, ep: int, prefill_lens: list[int],
-                    decode_batch: int, context_len: int, software: str = "sglang", dp_attention: bool = False,
-                    link: str = "nvlink", kv_precision: str = "") -> dict:
+def scenario_report(d: Deployment, prefill_lens: list[int], decode_batch: int, context_len: int,
+                    link: str = "nvlink") -> dict:
     """The modeled figures of one scenario; raises ValueError (naming the field) for one that cannot run."""
-    d = Deployment(model, hardware, gpus, tp, ep, dp_attention, software, kv_precision)
     check_scenario(d, prefill_lens, decode_batch, context_len)
     m, g, p, tm = d.profile(), d.gpu(), d.parallel(), d.timing()
     fit = d.memory()
     report = {
-        "scenario": {"model": m.name, "hardware": g.name, "parallel": p.describe(), "software": software,
+        "scenario": {"model": m.name, "hardware": g.name, "parallel": p.describe(), "software": d.software,
                      "kv_precision": m.kv_precision, "prefill_lens": prefill_lens, "decode_batch": decode_batch,
                      "context_len": context_len, "overheads": tm.overheads.source},
         "kv_bytes_per_token": m.kv_bytes_per_token,
@@ -30,7 +28,7 @@ def scenario_report(model: str, hardware: str, gpus: int, tp: int, ep: int, pref
         report["prefill"] = {
             "seconds": prefill.seconds,
             "tokens_per_second": tokens / prefill.seconds,
-            "tokens_per_second_per_gpu": tokens / prefill.seconds / gpus,
+            "tokens_per_second_per_gpu": tokens / prefill.seconds / d.gpus,
             "tokens_per_second_per_node": tokens / prefill.seconds / p.nodes,
             "steps": prefill.steps,
             "breakdown": prefill.as_dict(),
@@ -43,7 +41,7 @@ def scenario_report(model: str, hardware: str, gpus: int, tp: int, ep: int, pref
             "step_seconds": decode.seconds,
             "tpot_seconds": decode.seconds,
             "tokens_per_second": decode_batch / decode.seconds,
-            "tokens_per_second_per_gpu": decode_batch / decode.seconds / gpus,
+            "tokens_per_second_per_gpu": decode_batch / decode.seconds / d.gpus,
             "tokens_per_second_per_node": decode_batch / decode.seconds / p.nodes,
             "breakdown": decode.as_dict(),
             "explain": explain(decode),

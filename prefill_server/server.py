@@ -14,7 +14,8 @@ from pdserve.common.convert import token_step
 from pdserve.common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
-from pdserve.common.worker import Job, Worker, WorkerDraining, WorkerFull, build_worker, run_worker, worker_parser
+from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
+from pdserve.worker.flags import build_worker, run_worker, worker_parser
 from pdserve.engine.kv_cache import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
@@ -42,10 +43,8 @@ WAITING_TOKENS = Gauge("pdserve_prefill_num_tokens_waiting", "Prompt tokens stil
 
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient, local_cache: LocalPrefixCache,
-                 store_each_chunk: bool = True) -> None:
+    def __init__(self, worker: Worker, kv: KVStoreClient, local_cache: LocalPrefixCache) -> None:
         self.worker = worker
-        self.store_each_chunk = store_each_chunk
         self.put_turns = asyncio.Lock()
         self.runtime = worker.runtime
         self.kv = kv
@@ -101,8 +100,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             io_s = time.perf_counter() - io_start
             uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease_id, ttl, self.put_turns)
             job = self.worker.submit(seq)
-            if self.store_each_chunk:  # blocks move while later chunks compute
-                job.on_prefill_chunk = uploader.chunk_done
+            job.on_prefill_chunk = uploader.chunk_done  # blocks move while later chunks compute
             event = await job.events.get()
             if isinstance(event, BaseException):
                 raise event
@@ -178,9 +176,6 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
 def build_parser():
     parser = worker_parser("prefill_server", 50061, max_queue=256)
     parser.add_argument("--prefix-cache-mb", type=float, default=256.0, help="local cache of hot KV blocks")
-    parser.add_argument("--kv-put-at-end", action="store_true",
-                        help="store a prompt's KV blocks once the whole prompt is prefilled, instead of as each "
-                             "prompt chunk completes them (the older hand-off, for comparisons)")
     return parser
 
 
@@ -193,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
         if kv is None:
             parser.error("--kvstore: a prefill worker needs a kvstore")
-        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache, not args.kv_put_at_end), server)
+        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache), server)
         return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
 
     asyncio.run(run_worker("prefill", args, worker, register))

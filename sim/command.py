@@ -7,10 +7,10 @@ import json
 import math
 import sys
 
-from pdserve.client.bench.metrics import parse_goodput, parse_percentiles
-from pdserve.client.bench.report import result_json, save_json
+from pdserve.workload.stats import parse_goodput, parse_percentiles
+from pdserve.workload.report import default_result_path, result_json, save_json
 from pdserve.engine.scheduler import Role
-from pdserve.sim.args import parse_deployment
+from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
 from pdserve.sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
 from pdserve.sim.workload import build_workload
@@ -49,15 +49,16 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         print(format_summary(s, percentiles))
         print(format_instances(rows))
         print(format_speed(result))
-    if a.save_result:
+    if a.save_result is not None:
+        path = a.save_result or default_result_path("simulate")
         config = {"backend": "pdserve-simulate", "cluster": result.spec.describe(), "gpus": result.spec.gpus,
                   "dataset": a.dataset, "num_prompts": len(result.sequences),
                   "request_rate": a.request_rate if not math.isinf(a.request_rate) else "inf",
                   "burstiness": a.burstiness, "max_concurrency": a.max_concurrency, "seed": a.seed}
         run = run_result(result, a.max_concurrency, a.request_rate, a.burstiness, a.seed)
         payload = dict(result_json(s, config, run), instances=rows, wall_seconds=result.wall_s)
-        save_json(a.save_result, payload)
-        print(f"result written to {a.save_result}", file=sys.stderr)
+        save_json(path, payload)
+        print(f"result written to {path}", file=sys.stderr)
     if a.plot:
         from pdserve.sim.plot import plot_instances
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from pdserve.client.bench.arrivals import arrival_stream
+from pdserve.workload.arrivals import arrival_stream
 from pdserve.engine.scheduler import Role
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest

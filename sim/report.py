@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from pdserve.client.bench.metrics import summarize
-from pdserve.client.bench.record import RequestRecord
-from pdserve.client.bench.report import format_result
-from pdserve.client.bench.runner import LoadSpec, RunResult
+from pdserve.workload.stats import summarize
+from pdserve.workload.record import RequestRecord
+from pdserve.workload.report import format_result
+from pdserve.workload.record import LoadSpec, RunResult
 from pdserve.sim.cluster import SimResult
 from pdserve.sim.instance import Instance
 

@@ -12,10 +12,10 @@ import argparse
 import itertools
 import zlib
 
-from pdserve.client.bench import datasets as ds
-from pdserve.client.bench.arrivals import schedule
-from pdserve.client.bench.backends import ServedModel
-from pdserve.client.bench.command import build_requests
+from pdserve.workload import datasets as ds
+from pdserve.workload.arrivals import schedule
+from pdserve.workload.requests import ServedModel
+from pdserve.workload.requests import build_requests
 from pdserve.sim.cluster import SimRequest
 
 DEFAULT_VOCAB = 49152  # SmolLM2's, what `pdserve bench` gets from a pdserve router

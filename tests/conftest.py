@@ -36,7 +36,7 @@ def tiny_long_model_path(tmp_path_factory) -> Path:
 
 
 def start_stack(**spec_kwargs):
-    from pdserve.client.launcher import Stack, StackSpec
+    from pdserve.launcher.stack import Stack, StackSpec
 
     return Stack(StackSpec(**spec_kwargs)).start()
 

@@ -10,7 +10,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from pdserve.client.launcher import free_port, wait_http_ok
+from pdserve.launcher.stack import free_port, wait_http_ok
 
 COMPARISON = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.eE+-]+\s*$")
 

@@ -13,14 +13,16 @@ import math
 import numpy as np
 import pytest
 
-from pdserve.client.bench import datasets as ds
-from pdserve.client.bench.arrivals import arrival_offsets, modeled_makespan
-from pdserve.client.bench.backends import GrpcBackend, OpenAIBackend, Sampling
-from pdserve.client.bench.command import with_backend
-from pdserve.client.bench.metrics import parse_goodput, summarize
-from pdserve.client.bench.report import format_result, result_json
-from pdserve.client.bench.runner import LoadSpec, run
-from pdserve.client.cli import main as pdserve
+from pdserve.workload import datasets as ds
+from pdserve.workload.arrivals import arrival_offsets, modeled_makespan
+from pdserve.bench.backends import GrpcBackend, OpenAIBackend
+from pdserve.workload.record import Sampling
+from pdserve.bench.serve import with_backend
+from pdserve.workload.stats import parse_goodput, summarize
+from pdserve.workload.report import format_result, result_json
+from pdserve.workload.record import LoadSpec
+from pdserve.bench.runner import run
+from pdserve.cli.main import main as pdserve
 from tests import bench_fakes as fake
 
 SLACK = 0.5  # upper bound: expected x (1 + SLACK) + 10 ms
@@ -203,7 +205,7 @@ def test_duration_mode_sends_until_the_time_is_up(fake_router):
 
 def test_cli_end_to_end_against_the_fake_router(fake_router, tmp_path, capsys):
     out = tmp_path / "result.json"
-    rc = pdserve(["bench", "--target", fake_router, "--num-prompts", "4", "--input-len", "8:16", "--output-len", "5",
+    rc = pdserve(["bench", "serve", "--target", fake_router, "--num-prompts", "4", "--input-len", "8:16", "--output-len", "5",
                   "--max-concurrency", "4", "--goodput", "ttft:1000", "--disable-tqdm", "--save-result", str(out)])
     assert rc == 0
     assert "Serving Benchmark Result" in capsys.readouterr().out
@@ -220,12 +222,12 @@ def test_cli_end_to_end_against_the_fake_router(fake_router, tmp_path, capsys):
 
 def test_cli_against_the_fake_openai_endpoint(fake_openai, tmp_path, capsys):
     out = tmp_path / "http.json"
-    assert pdserve(["bench", "--base-url", fake_openai, "--dataset", "builtin", "--num-prompts", "3",
+    assert pdserve(["bench", "serve", "--base-url", fake_openai, "--dataset", "builtin", "--num-prompts", "3",
                     "--output-len", "5", "--disable-tqdm", "--save-result", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["backend"] == "openai" and data["model_id"] == "fake-model" and data["completed"] == 3
     assert data["modeled_mean_ttft_ms"] == pytest.approx(fake.MODELED["ttft_modeled_s"] * 1000)
     capsys.readouterr()
     # random token prompts need the vocabulary, which an OpenAI endpoint does not report
-    assert pdserve(["bench", "--base-url", fake_openai, "--num-prompts", "2", "--disable-tqdm"]) == 2
+    assert pdserve(["bench", "serve", "--base-url", fake_openai, "--num-prompts", "2", "--disable-tqdm"]) == 2
     assert "--dataset random needs --vocab-size with --base-url" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`pdserve bench` against a real stack on the tiny model: the result JSON, a sweep's plots, the comparison, and
+"""`pdserve bench serve` against a real stack on the tiny model: the result JSON, a sweep's plots, the comparison, and
 clear errors (exit code 2, one line, no traceback) for a bad target or a bad dataset."""
 
 import json
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pdserve.client.cli import main as pdserve_main
+from pdserve.cli.main import main as pdserve_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def pdserve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pdserve.client.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pdserve.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=180)
 
 
@@ -30,7 +30,7 @@ def stack(tiny_model_path):
 
 def test_real_stack_result_json(stack, tmp_path, capsys):
     out = tmp_path / "r.json"
-    rc = pdserve_main(["bench", "--target", stack.router_target, "--num-prompts", "8", "--input-len", "16:48",
+    rc = pdserve_main(["bench", "serve", "--target", stack.router_target, "--num-prompts", "8", "--input-len", "16:48",
                        "--output-len", "6", "--random-prefix-fraction", "0.5", "--request-rate", "50",
                        "--warmup", "1", "--disable-tqdm", "--save-result", str(out)])
     assert rc == 0
@@ -47,14 +47,14 @@ def test_real_stack_result_json(stack, tmp_path, capsys):
 
 
 def test_builtin_chat_prompts_through_the_router(stack, capsys):
-    assert pdserve_main(["bench", "--target", stack.router_target, "--dataset", "builtin", "--num-prompts", "6",
+    assert pdserve_main(["bench", "serve", "--target", stack.router_target, "--dataset", "builtin", "--num-prompts", "6",
                          "--output-len", "4", "--max-concurrency", "3", "--disable-tqdm"]) == 0
     assert "Failed requests:                                 0" in capsys.readouterr().out
 
 
 def test_sweep_draws_plots(stack, tmp_path, capsys):
     plots = tmp_path / "plots"
-    rc = pdserve_main(["bench", "--target", stack.router_target, "--num-prompts", "4", "--input-len", "16",
+    rc = pdserve_main(["bench", "serve", "--target", stack.router_target, "--num-prompts", "4", "--input-len", "16",
                        "--output-len", "4", "--sweep", "concurrency:1,4", "--plot-dir", str(plots),
                        "--goodput", "ttft:5000", "--disable-tqdm", "--save-result", str(tmp_path / "s.json")])
     assert rc == 0
@@ -68,8 +68,7 @@ def test_sweep_draws_plots(stack, tmp_path, capsys):
 
 
 def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path):
-    """Through the old name, bench-serving, which is bench --compare."""
-    out = pdserve("bench-serving", "--model", str(tiny_model_path), "--modes", "in_process,disaggregated",
+    out = pdserve("bench", "serve", "--compare", "--model", str(tiny_model_path), "--modes", "in_process,disaggregated",
                   "--num-prompts", "6", "--input-len", "32", "--output-len", "4", "--max-concurrency", "3",
                   "--disable-tqdm", "--save-result", str(tmp_path / "c.json"), "--prefill-flags", "--max-num-batched-tokens 16")
     assert out.returncode == 0, out.stderr
@@ -85,10 +84,10 @@ def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path)
 
 
 def test_bad_target_is_a_clear_error():
-    out = pdserve("bench", "--target", "127.0.0.1:1", "--num-prompts", "2", "--disable-tqdm")
+    out = pdserve("bench", "serve", "--target", "127.0.0.1:1", "--num-prompts", "2", "--disable-tqdm")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--target 127.0.0.1:1" in out.stderr and "UNAVAILABLE" in out.stderr
-    out = pdserve("bench", "--base-url", "http://127.0.0.1:1/v1", "--disable-tqdm")
+    out = pdserve("bench", "serve", "--base-url", "http://127.0.0.1:1/v1", "--disable-tqdm")
     assert out.returncode == 2 and "Traceback" not in out.stderr and "cannot connect" in out.stderr
 
 
@@ -104,6 +103,6 @@ def test_bad_dataset_or_flag_is_a_clear_error(stack, tmp_path, args, message):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": "long", "output_length": 3, "hash_ids": []}\n')
     args = [a.replace("{trace}", str(trace)) for a in args]
-    out = pdserve("bench", "--target", stack.router_target, "--num-prompts", "2", "--disable-tqdm", *args)
+    out = pdserve("bench", "serve", "--target", stack.router_target, "--num-prompts", "2", "--disable-tqdm", *args)
     assert out.returncode == 2, out.stdout
     assert "Traceback" not in out.stderr and message in out.stderr

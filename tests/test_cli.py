@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pdserve(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pdserve.client.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pdserve.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, **kwargs)
 
 
 def test_perf_json_has_the_documented_keys():
-    out = pdserve("perf", "--model", "deepseek-r1", "--hardware", "H20-141G", "--gpus", "8", "--tp", "8", "--ep", "8",
+    out = pdserve("perf", "--deployment", "model=deepseek-r1,hardware=H20-141G,gpus=8,tp=8,ep=8",
                   "--prefill-lens", "4096,4096", "--decode-batch", "32", "--context-len", "2048", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -36,7 +36,7 @@ def test_perf_json_has_the_documented_keys():
 
 
 def test_perf_rejects_unknown_hardware():
-    out = pdserve("perf", "--hardware", "TPU-v9")
+    out = pdserve("perf", "--deployment", "hardware=TPU-v9")
     assert out.returncode == 2 and "TPU-v9" in out.stderr
 
 
@@ -55,7 +55,7 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_up_serves_then_stops_every_process_on_sigterm(tiny_model_path, tmp_path):
     model = tmp_path / "up-test-model.gguf"  # a unique path to find this stack's processes by
     model.write_bytes(Path(tiny_model_path).read_bytes())
-    proc = subprocess.Popen([sys.executable, "-m", "pdserve.client.cli", "up", "--model", str(model), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli.main", "up", "--model", str(model), "--port", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         lines = []

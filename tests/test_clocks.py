@@ -89,8 +89,8 @@ def test_a_worker_refuses_a_modeled_deployment_that_cannot_run():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "pdserve.decode_server", "--model", "synthetic", "--perf-gpus", "1",
-                           "--perf-tp", "1", "--perf-ep", "1"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "pdserve.decode_server", "--model", "synthetic",
+                           "--deployment", "gpus=1,tp=1,ep=1"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "modeled deployment: gpus: weights of" in done.stderr and "Traceback" not in done.stderr
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pdserve.common.worker import worker_parser
+from pdserve.worker.flags import worker_parser
 from pdserve.kvstore.server import build_parser as kvstore_parser
 
 
@@ -72,7 +72,7 @@ def test_lower_thread_priority_lowers_only_the_calling_thread():
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from pdserve.common.worker import lower_thread_priority
+    from pdserve.worker.worker import lower_thread_priority
 
     def nice_of_this_thread() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())

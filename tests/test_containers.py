@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from pdserve.client.client import PdserveClient
-from pdserve.client.launcher import free_port
+from pdserve.launcher.stack import free_port
 from pdserve.v1 import router_pb2, router_pb2_grpc
 from tests.containers import IMAGE, build_image, compose_command, podman_env, run
 from tests.helpers import wait_until

@@ -15,7 +15,7 @@ import pytest
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from pdserve.client.launcher import free_port
+from pdserve.launcher.stack import free_port
 from pdserve.v1 import common_pb2
 from pdserve.router.workers import decode_pool, is_discovered, split_target
 

@@ -1,17 +1,17 @@
-"""The fault matrix at small scale (what ``pdserve chaos`` runs larger): each fault under steady load on the tiny model,
+"""The fault matrix at small scale (what ``pdserve bench chaos`` runs larger): each fault under steady load on the tiny model,
 every answer checked token for token against the fault-free run, and nothing lost, duplicated or leaked."""
 
 import asyncio
 
 import pytest
 
-from pdserve.client.chaos import FAULTS, format_table, make_workload, matrix_spec, run_matrix
-from pdserve.client.launcher import Stack
+from pdserve.bench.chaos import FAULTS, format_table, make_workload, matrix_spec, run_matrix
+from pdserve.launcher.stack import Stack
 
 
 @pytest.fixture(scope="module")
 def matrix(tiny_model_path, tiny_runtime):
-    from pdserve.client.chaos import fault_free
+    from pdserve.bench.chaos import fault_free
 
     workload = make_workload(tiny_runtime.config.vocab_size, n=8, max_tokens=16)
     with Stack(matrix_spec(str(tiny_model_path))) as stack:

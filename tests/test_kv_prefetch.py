@@ -143,10 +143,10 @@ def test_prefetches_that_nobody_takes_are_dropped_and_bad_ones_refused(stack):
 
 
 def test_bench_kv_handoff_prints_a_row_per_mode(tiny_model_path, capsys):
-    from pdserve.client.cli import main
+    from pdserve.cli.main import main
 
-    assert main(["bench-kv", "--handoff", "--model", str(tiny_model_path), "--prompt-len", "40", "--chunk-tokens",
-                 "16", "--requests", "1", "--modes", "store at end,+ prefetch"]) == 0
+    assert main(["bench", "kv", "--handoff", "--model", str(tiny_model_path), "--prompt-len", "40", "--chunk-tokens",
+                 "16", "--requests", "1", "--modes", "store per chunk,+ prefetch"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert "40-token prompts prefilled in chunks of 16 tokens" in lines[0] and "prefill end->2nd token" in lines[1]
     assert [line.split()[0] for line in lines[2:]] == ["store", "+"] and all(len(line.split()) >= 7 for line in lines[2:])

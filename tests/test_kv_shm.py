@@ -83,7 +83,7 @@ def test_a_wrong_checksum_through_shared_memory_is_refused(shm_stack):
 
 
 def test_a_kvstore_without_shm_gets_the_socket(tiny_model_path):
-    from pdserve.client.launcher import Stack, StackSpec
+    from pdserve.launcher.stack import Stack, StackSpec
 
     stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1, kv_capacity_mb=16)).start(60)
     try:

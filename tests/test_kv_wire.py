@@ -1,5 +1,5 @@
 """The KV hand-off's wire path: data messages that skip the protobuf runtime yet stay protobuf on the wire, blocks
-kept as the messages that carried them, and ``pdserve bench-kv``'s table."""
+kept as the messages that carried them, and ``pdserve bench kv``'s table."""
 
 import asyncio
 import zlib
@@ -118,7 +118,7 @@ def test_generated_stub_and_fast_client_interoperate(tiny_kvstore):
 
 @pytest.fixture(scope="module")
 def tiny_kvstore():
-    from pdserve.client.launcher import Stack, StackSpec
+    from pdserve.launcher.stack import Stack, StackSpec
 
     stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=16))
     stack.start(60)
@@ -146,9 +146,9 @@ def test_blocks_reach_on_block_in_key_order_across_shards(tiny_kvstore):
 
 def test_bench_kv_prints_its_table(capsys):
     """At a tiny size: the table's shape and its figures' consistency, never their values."""
-    from pdserve.client.cli import main
+    from pdserve.cli.main import main
 
-    assert main(["bench-kv", "--total-mb", "0.25", "--block-kb", "64", "--streams", "1,2", "--repeat", "1"]) == 0
+    assert main(["bench", "kv", "--total-mb", "0.25", "--block-kb", "64", "--streams", "1,2", "--repeat", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("kvstore hand-off")
     assert lines[1].split()[:4] == ["op", "streams", "MB", "kvstore"]
@@ -161,9 +161,9 @@ def test_bench_kv_prints_its_table(capsys):
 
 
 def test_bench_kv_rejects_bad_flags(capsys):
-    from pdserve.client.cli import main
+    from pdserve.cli.main import main
 
-    assert main(["bench-kv", "--total-mb", "0"]) == 2
+    assert main(["bench", "kv", "--total-mb", "0"]) == 2
     assert "--total-mb" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["bench-kv", "--streams", "0"])
+        main(["bench", "kv", "--streams", "0"])

@@ -89,7 +89,7 @@ def test_rendezvous_is_stable_and_spreads():
 
 @pytest.fixture(scope="module")
 def small_kvstores():
-    from pdserve.client.launcher import Stack, StackSpec
+    from pdserve.launcher.stack import Stack, StackSpec
 
     stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=0.001, fault_injection=True))
     stack.start(60)
@@ -192,7 +192,7 @@ async def _corrupt_status(target: str) -> grpc.StatusCode:
 
 def test_fault_injection_is_served_only_with_the_flag(small_kvstores):
     """A kvstore started without --enable-fault-injection does not even have the test-only service."""
-    from pdserve.client.launcher import Stack, StackSpec
+    from pdserve.launcher.stack import Stack, StackSpec
 
     assert run(_corrupt_status(small_kvstores.kvstores[0].target)) == grpc.StatusCode.NOT_FOUND
     plain = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1)).start(60)

@@ -117,7 +117,7 @@ def test_a_decode_step_takes_both_threads_only_when_its_attention_is_worth_split
     """A decode step of MIN_SPLIT_ROWS sequences in the slab runs its products and its attention on our two threads
     only when the attention has enough keys to split (at short contexts BLAS's own threads are faster); fewer
     sequences, or single-token sequences outside the slab, never do."""
-    from pdserve.engine.bench import _decoding_sequences
+    from pdserve.bench.engine import _decoding_sequences
     from pdserve.engine.decode_attention import DecodeAttention
     from pdserve.engine.model import MIN_SPLIT_ROWS
     from pdserve.engine.parallel import Parallel

@@ -304,7 +304,7 @@ def test_stop_reason_follows_vllm(stop_ids, reason, want):
 
 def test_router_down_is_503_and_unhealthy():
     from pdserve.client.client import AsyncPdserveClient
-    from pdserve.client.launcher import free_port
+    from pdserve.launcher.stack import free_port
 
     async def go():
         router = AsyncPdserveClient(f"127.0.0.1:{free_port()}")  # nothing listens there

@@ -330,7 +330,7 @@ def test_overload_is_429_with_retry_after_and_a_deadline_is_504(tiny_long_model_
 def test_pdserve_up_http_port(tiny_model_path, tmp_path):
     model = tmp_path / "up-http-model.gguf"
     model.write_bytes(Path(tiny_model_path).read_bytes())
-    proc = subprocess.Popen([sys.executable, "-m", "pdserve.client.cli", "up", "--model", str(model), "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli.main", "up", "--model", str(model), "--port", "0",
                              "--http-port", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         lines = []

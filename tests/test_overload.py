@@ -5,7 +5,7 @@ import asyncio
 import grpc
 import pytest
 
-from pdserve.client.chaos import fault_free, held, make_workload, rss_mb, storm, wait_idle
+from pdserve.bench.chaos import fault_free, held, make_workload, rss_mb, storm, wait_idle
 from pdserve.client.client import AsyncPdserveClient
 from tests.conftest import start_stack
 from tests.helpers import scrape

@@ -46,4 +46,4 @@ def test_grpcio_tools_is_only_a_dev_dependency(wheel):
     tools = [r for r in requires if r.startswith("grpcio-tools")]
     assert tools and all("extra ==" in r for r in tools), tools
     entry = [n for n in wheel.namelist() if n.endswith("entry_points.txt")]
-    assert "pdserve = pdserve.client.cli:main" in wheel.read(entry[0]).decode()
+    assert "pdserve = pdserve.cli.main:main" in wheel.read(entry[0]).decode()

@@ -153,11 +153,10 @@ def test_kv_capacity_for_the_decode_worker():
     assert kv_capacity_tokens(d) == memory_fit(DEEPSEEK_R1, gpu("H20-141G"), ParallelConfig(8, 8, 8)).max_kv_tokens
     dp = Deployment(hardware="H20-141G", dp_attention=True)
     assert kv_capacity_tokens(dp) == 8 * dp.memory().kv_tokens_per_replica  # the sum over the 8 DP ranks
-    args = argparse.Namespace(perf_model="deepseek-r1", perf_hardware="H20-96G", perf_gpus=8, perf_tp=8, perf_ep=8,
-                              perf_software="sglang")
+    args = argparse.Namespace(deployment="model=deepseek-r1,hardware=H20-96G,gpus=8,tp=8,ep=8,software=sglang")
     assert deployment_from_args(args) == Deployment(hardware="H20-96G")
     with pytest.raises(ValueError, match="^gpus:"):
-        check_deployment(deployment_from_args(argparse.Namespace(perf_hardware="H20-96G", perf_dp_attention=True)))
+        check_deployment(deployment_from_args(argparse.Namespace(deployment="hardware=H20-96G,dp_attention=1")))
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -190,14 +189,14 @@ def test_scenarios_that_cannot_run_are_refused(kwargs, field):
 
 
 def _perf(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pdserve.client.cli", "perf", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pdserve.cli.main", "perf", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 
 def test_perf_cli_refuses_with_a_message_and_explains():
-    out = _perf("--hardware", "H20-141G", "--decode-batch", "32", "--context-len", "32768")
+    out = _perf("--deployment", "hardware=H20-141G", "--decode-batch", "32", "--context-len", "32768")
     assert out.returncode != 0 and "decode_batch:" in out.stderr and "Traceback" not in out.stderr
-    out = _perf("--hardware", "H20-141G", "--decode-batch", "32", "--context-len", "2048", "--explain")
+    out = _perf("--deployment", "hardware=H20-141G", "--decode-batch", "32", "--context-len", "2048", "--explain")
     assert out.returncode == 0, out.stderr
     assert "head_padding 4.00" in out.stdout and "ep_imbalance" in out.stdout and "GFLOP" in out.stdout
     report = json.loads(_perf("--decode-batch", "32", "--json").stdout)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pdserve.client.client import PdserveClient
-from pdserve.client.launcher import METRICS_OFFSETS
+from pdserve.launcher.stack import METRICS_OFFSETS
 from tests.helpers import require_tool, wait_until
 from tests.prom import Prometheus, alert_subject, query
 
@@ -96,7 +96,7 @@ def prometheus_on_stack(tiny_model_path, tmp_path_factory):
     config = work / "prometheus.yml"
     base = free_base_port()
     up = subprocess.Popen(
-        [sys.executable, "-m", "pdserve.client.cli", "up", "--model", str(tiny_model_path), "--prefill", "2", "--decode", "2",
+        [sys.executable, "-m", "pdserve.cli.main", "up", "--model", str(tiny_model_path), "--prefill", "2", "--decode", "2",
          "--port", "0", "--metrics", "--metrics-base-port", str(base), "--prometheus-config", str(config),
          "--prometheus-rules", str(RULES), "--prometheus-scrape-interval-s", "1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))

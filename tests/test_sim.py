@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from pdserve.client.cli import main as cli_main
+from pdserve.cli.main import main as cli_main
 from pdserve.engine.scheduler import Role, Scheduler
 from pdserve.perfmodel.deployment import Deployment
-from pdserve.sim.args import parse_deployment
+from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
 from pdserve.sim.steptime import StepTimer
@@ -134,11 +134,11 @@ def test_simulate_cli_refuses_bad_input(capsys):
 
 
 def test_bench_simulate_reports_speed(capsys):
-    assert cli_main(["bench-simulate", "--num-prompts", "300", "--nodes", "3", "--prefill", "1",
+    assert cli_main(["bench", "sim", "--num-prompts", "300", "--nodes", "3", "--prefill", "1",
                      "--request-rate", "5"]) == 0
     text = capsys.readouterr().out
     assert "simulated 300 requests on 24 GPUs" in text and "requests/s" in text and "300 completed" in text
-    assert cli_main(["bench-simulate", "--nodes", "2", "--prefill", "2"]) == 2
+    assert cli_main(["bench", "sim", "--nodes", "2", "--prefill", "2"]) == 2
 
 
 def test_idle_instances_report_zeros():

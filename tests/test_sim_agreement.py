@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from pdserve.sim.agreement import compare, emulated, simulated, workload
+from pdserve.bench.agreement import compare, emulated, simulated, workload
 
 
 def test_simulator_agrees_with_the_paced_emulator():

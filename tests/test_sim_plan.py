@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pdserve.client.cli import main as cli_main
+from pdserve.cli.main import main as cli_main
 from pdserve.sim.plan_command import parse_duration
 from pdserve.sim.planner import candidates
 

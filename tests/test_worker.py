@@ -3,8 +3,8 @@ cancelled request is removed from the scheduler and its KV freed."""
 
 import asyncio
 
-from pdserve.common.clock import StepClock
-from pdserve.common.worker import Worker
+from pdserve.worker.clock import StepClock
+from pdserve.worker.worker import Worker
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
 from pdserve.engine.stop import FinishReason

@@ -1,0 +1,45 @@
+"""The flags of ``pdserve bench serve``: where to send the workload (workload/args.py) and what to do with the run;
+names follow vLLM's ``bench serve`` where one exists."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pdserve.workload.args import add_result_args, add_workload_args
+
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("target (one of)")
+    g.add_argument("--target", default=None,
+                   help="pdserve router HOST:PORT over gRPC [env PDSERVE_ROUTER, default 127.0.0.1:50050]")
+    g.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--served-model-name", default=None, help="model name for --base-url (default: the first listed)")
+    g.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token for --base-url")
+    g.add_argument("--request-timeout", type=float, default=None, help="seconds per request (default: none)")
+
+    add_workload_args(p)
+    g = p.add_argument_group("sampling and pacing of the load")
+    g.add_argument("--ignore-eos", action="store_true", help="always generate --output-len tokens (always on for "
+                                                             "random and trace prompts)")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--duration", type=float, default=None, help="send for this many seconds instead of --num-prompts")
+    g.add_argument("--warmup", "--num-warmups", dest="warmup", type=int, default=0,
+                   help="requests sent first and not counted")
+    g = add_result_args(p)
+    g.add_argument("--disable-tqdm", action="store_true", help="no progress bar")
+
+    g = p.add_argument_group("sweep and comparison")
+    g.add_argument("--sweep", default=None, metavar="rate:R1,R2,.. | concurrency:C1,C2,..",
+                   help="run the workload at each load and draw PNG plots")
+    g.add_argument("--plot-dir", default="bench-plots", help="where --sweep writes its plots")
+    g.add_argument("--compare", action="store_true",
+                   help="start and run the in-process engine, the disaggregated stack and the colocated stack")
+    g.add_argument("--model", default=None, help="GGUF for --compare (default: SmolLM2-135M-Instruct)")
+    g.add_argument("--modes", default="in_process,disaggregated,colocated", help="--compare: which of the three")
+    g.add_argument("--kv-shm", action="store_true",
+                   help="--compare: the disaggregated stack moves KV blocks through /dev/shm (kvstore and workers)")
+    g.add_argument("--prefill-flags", default="", metavar="FLAGS",
+                   help="--compare: extra flags for the prefill worker, e.g. \"--max-num-batched-tokens 2048\"")
+    g.add_argument("--decode-flags", default="", metavar="FLAGS",
+                   help="--compare: extra flags for the decode worker (which also prefills in the colocated stack)")

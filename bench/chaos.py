@@ -1,0 +1,358 @@
+"""The fault matrix: steady load on a running stack while one fault at a time hits it.
+
+Every answer is compared token for token with a fault-free run of the same request (greedy and seeded sampling, so
+the right answer is known), and once the load stops the stack is checked for what it still holds. Per fault:
+
+- ``sent``, ``correct`` (the whole answer, token for token), ``cancelled`` (by the client on purpose),
+  ``failed_clean`` (a gRPC status, and what had streamed was a correct prefix), ``lost`` (no answer within the
+  request's deadline), ``duplicated`` (more tokens than the answer has), ``wrong`` (anything else);
+- ``resumed`` and ``kv_recomputed``: how often the fault's handling ran (streams resumed on another decode worker,
+  prompts a decode worker recomputed because their KV could not be fetched);
+- ``leaked_leases`` (kvstore leases), ``leaked_blocks`` (KV blocks decode workers hold) and ``leaked_inflight``
+  (router requests in flight) once the stack is idle again, waited for up to the lease TTL.
+
+``pdserve chaos`` starts a stack and prints the table; tests/test_fault_matrix.py runs it small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from pdserve.client.client import AsyncPdserveClient
+from pdserve.launcher.stack import Stack, StackSpec
+from pdserve.kvstore.client import KVStoreClient
+from pdserve.v1 import common_pb2, decode_pb2_grpc
+
+LEASE_TTL_S = 5.0  # the stack's lease TTL: an orphaned lease is gone after this
+COLUMNS = ("sent", "correct", "cancelled", "failed_clean", "lost", "duplicated", "wrong", "leaked_leases",
+           "leaked_blocks", "leaked_inflight", "resumed", "kv_recomputed")
+
+
+@dataclass
+class Row:
+    fault: str
+    sent: int = 0
+    correct: int = 0
+    cancelled: int = 0
+    failed_clean: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    wrong: int = 0
+    leaked_leases: int = 0
+    leaked_blocks: int = 0
+    leaked_inflight: int = 0
+    resumed: int = 0  # streams moved to another decode worker mid-stream (the router's count)
+    kv_recomputed: int = 0  # prompts a decode worker recomputed because their KV could not be fetched
+    codes: Counter = field(default_factory=Counter)  # status codes of the clean failures
+    errors: Counter = field(default_factory=Counter)  # "CODE: details" of every failure, for the record
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost, duplicated, wrong or leaked."""
+        return not (self.lost or self.duplicated or self.wrong or self.leaked_leases or self.leaked_blocks
+                    or self.leaked_inflight)
+
+
+@dataclass
+class Workload:
+    prompts: list[list[int]]
+    params: list[dict]  # generate() keyword arguments per prompt
+    expected: list[list[int]] = field(default_factory=list)  # from the fault-free run
+
+
+def make_workload(vocab_size: int, n: int, max_tokens: int, seed: int = 0) -> Workload:
+    """``n`` random prompts of 20..60 tokens, alternately greedy and seeded; EOS ignored so every answer is long."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(3, vocab_size) for _ in range(rng.randrange(20, 61))] for _ in range(n)]
+    params = [dict(max_tokens=max_tokens, ignore_eos=True, temperature=0.0) if i % 2 == 0 else
+              dict(max_tokens=max_tokens, ignore_eos=True, temperature=0.8, top_p=0.95, seed=1000 + i)
+              for i in range(n)]
+    return Workload(prompts, params)
+
+
+async def fault_free(target: str, workload: Workload, concurrency: int = 8) -> None:
+    """Fill ``workload.expected`` from a run with no fault."""
+    sem = asyncio.Semaphore(concurrency)
+    async with AsyncPdserveClient(target) as client:
+        async def one(i: int) -> list[int]:
+            async with sem:
+                reply = await client.complete(token_ids=workload.prompts[i], timeout=120, **workload.params[i])
+                return list(reply.token_ids)
+        workload.expected = list(await asyncio.gather(*(one(i) for i in range(len(workload.prompts)))))
+
+
+async def _request(client: AsyncPdserveClient, workload: Workload, i: int, row: Row, timeout_s: float,
+                   cancel_after_s: float | None) -> bool:
+    """One request, classified into ``row``. Returns False when it failed (the caller backs off)."""
+    row.sent += 1
+    expected = workload.expected[i]
+    ids: list[int] = []
+    call = client.generate(token_ids=workload.prompts[i], timeout=timeout_s, **workload.params[i])
+    cancel = asyncio.get_running_loop().call_later(cancel_after_s, call.cancel) if cancel_after_s is not None else None
+    try:
+        async for chunk in call:
+            ids.extend(chunk.token_ids)
+    except asyncio.CancelledError:
+        if cancel is None or not call.cancelled():
+            raise
+        row.cancelled += 1
+        return True
+    except grpc.aio.AioRpcError as err:
+        row.errors[f"{err.code().name}: {err.details()}"[:160]] += 1
+        if err.code() == grpc.StatusCode.CANCELLED and cancel is not None:
+            row.cancelled += 1
+        elif err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            row.lost += 1
+        elif ids == expected[:len(ids)]:
+            row.failed_clean += 1
+            row.codes[err.code().name] += 1
+        else:
+            row.wrong += 1
+        return False
+    finally:
+        if cancel is not None:
+            cancel.cancel()
+    if ids == expected:
+        row.correct += 1
+    elif len(ids) > len(expected):
+        row.duplicated += 1
+    else:
+        row.wrong += 1
+    return True
+
+
+async def steady_load(target: str, workload: Workload, row: Row, stop: asyncio.Event, concurrency: int,
+                      cancel_fraction: float = 0.0, timeout_s: float = 60.0, seed: int = 0) -> None:
+    """``concurrency`` clients sending the workload round robin until ``stop``; a fraction cancelled at a random
+    moment (from right away to well into decode)."""
+    rng = random.Random(seed)
+    counter = iter(range(1 << 62))
+    async with AsyncPdserveClient(target) as client:
+        async def user() -> None:
+            while not stop.is_set():
+                i = next(counter) % len(workload.prompts)
+                cancel_after = rng.uniform(0.0, 0.8) if rng.random() < cancel_fraction else None
+                if not await _request(client, workload, i, row, timeout_s, cancel_after):
+                    await asyncio.sleep(0.2)
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+
+
+async def storm(target: str, workload: Workload, n: int, concurrency: int, cancel_fraction: float,
+                max_cancel_after_s: float = 1.0, seed: int = 0) -> Row:
+    """Exactly ``n`` requests from ``concurrency`` clients, ``cancel_fraction`` of them cancelled at a random moment
+    in [0, max_cancel_after_s) (queued, in prefill, between prefill and decode, or mid-decode)."""
+    rng = random.Random(seed)
+    row = Row("cancel_storm")
+    todo = iter(range(n))
+    async with AsyncPdserveClient(target) as client:
+        async def user() -> None:
+            for k in todo:
+                cancel_after = rng.uniform(0.0, max_cancel_after_s) if rng.random() < cancel_fraction else None
+                await _request(client, workload, k % len(workload.prompts), row, 120.0, cancel_after)
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+    return row
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process (Linux /proc), in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+# --- what the stack still holds -------------------------------------------------------------------------------------
+def _gauge(port: int, name: str) -> float:
+    """One sample of a /metrics page (``name`` with its labels as printed, e.g. 'x_total{phase="resume"}'); 0 if absent
+    or if the process is down."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return 0.0
+    return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")), 0.0)
+
+
+def _handled(stack: Stack) -> tuple[float, float]:
+    """(streams resumed by the router, prompts recomputed by decode workers) so far."""
+    resumed = _gauge(stack.router.metrics_port, 'pdserve_router_retries_total{phase="resume"}')
+    recomputed = sum(_gauge(p.metrics_port, 'pdserve_decode_kv_load_failures_total{policy="recompute"}')
+                     for p in stack.decodes)
+    return resumed, recomputed
+
+
+def _decode_held(target: str) -> int:
+    with grpc.insecure_channel(target) as ch:
+        load = decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest(), timeout=5)
+    return load.kv_blocks_used + load.running + load.waiting
+
+
+async def _leases(stack: Stack) -> int:
+    kv = KVStoreClient([p.target for p in stack.kvstores])
+    try:
+        return sum(s.leases for s in await kv.stats())
+    finally:
+        await kv.close()
+
+
+def held(stack: Stack) -> tuple[int, int, int]:
+    """(kvstore leases, decode blocks + sequences, router requests in flight) right now."""
+    return (asyncio.run(_leases(stack)), sum(_decode_held(p.target) for p in stack.decodes),
+            int(_gauge(stack.router.metrics_port, "pdserve_num_requests_inflight")))
+
+
+def wait_idle(stack: Stack, bound_s: float) -> tuple[int, int, int]:
+    """What the stack holds once nothing is left, or after ``bound_s``."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        now = held(stack)
+        if not any(now) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.2)
+
+
+# --- the faults -----------------------------------------------------------------------------------------------------
+def _busy_decode(stack: Stack):
+    return max(stack.decodes, key=lambda p: _decode_held(p.target))
+
+
+def kill_and_restart(pick: Callable[[Stack], object], down_s: float = 1.0) -> Callable[[Stack], None]:
+    def fault(stack: Stack) -> None:
+        p = pick(stack)
+        stack.kill(p)
+        time.sleep(down_s)
+        stack.restart(p)
+    return fault
+
+
+def rolling_restart(stack: Stack) -> None:
+    """SIGTERM (drain) and restart every worker, one at a time."""
+    for p in stack.prefills + stack.decodes:
+        stack.restart(p, signal.SIGTERM)
+
+
+FAULTS: dict[str, Callable[[Stack], None] | None] = {
+    "none": None,
+    "decode_kill": kill_and_restart(_busy_decode),
+    "prefill_kill": kill_and_restart(lambda s: s.prefills[0]),
+    "kvstore_kill": kill_and_restart(lambda s: s.kvstores[-1]),
+    "router_kill": kill_and_restart(lambda s: s.router),
+    "rolling_restart": rolling_restart,
+    "cancel_storm": None,  # no process fault: a third of the requests cancelled at random moments
+}
+
+
+def matrix_spec(model: str | None, time_scale: float = 2.0) -> StackSpec:
+    """Two of each worker and two kvstore shards, so every fault leaves a survivor; decode paced so that streams are
+    still running when a fault hits."""
+    return StackSpec(model=model, n_prefill=2, n_decode=2, n_kvstore=2, metrics=True,
+                     extra={"decode": ["--pace", "realtime", "--time-scale", str(time_scale)],
+                            "router": ["--lease-ttl-s", str(LEASE_TTL_S)]})
+
+
+async def _run_one(stack: Stack, name: str, workload: Workload, concurrency: int, before_s: float,
+                   after_s: float) -> Row:
+    row = Row(name)
+    handled_before = _handled(stack)
+    stop = asyncio.Event()
+    load = asyncio.create_task(steady_load(stack.router_target, workload, row, stop, concurrency,
+                                           cancel_fraction=1 / 3 if name == "cancel_storm" else 0.0))
+    await asyncio.sleep(before_s)
+    fault = FAULTS[name]
+    if fault is not None:
+        await asyncio.to_thread(fault, stack)
+    await asyncio.sleep(after_s)
+    stop.set()
+    await load
+    resumed, recomputed = (max(0, int(after - before)) for after, before in zip(_handled(stack), handled_before))
+    row.resumed, row.kv_recomputed = resumed, recomputed
+    return row
+
+
+def run_matrix(stack: Stack, workload: Workload, faults: list[str], concurrency: int, before_s: float,
+               after_s: float, progress: Callable[[Row], None] = lambda row: None) -> list[Row]:
+    """Each fault in turn under steady load on ``stack`` (fault-free answers already in ``workload.expected``)."""
+    rows = []
+    for name in faults:
+        if name not in FAULTS:
+            raise ValueError(f"fault: {name!r} is not one of {', '.join(FAULTS)}")
+        row = asyncio.run(_run_one(stack, name, workload, concurrency, before_s, after_s))
+        row.leaked_leases, row.leaked_blocks, row.leaked_inflight = wait_idle(stack, LEASE_TTL_S + 10)
+        rows.append(row)
+        progress(row)
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    lines = ["| fault | " + " | ".join(COLUMNS) + " | clean failures |",
+             "|---|" + "---|" * (len(COLUMNS) + 1)]
+    for r in rows:
+        codes = ", ".join(f"{c} {n}" for c, n in sorted(r.codes.items())) or "-"
+        lines.append(f"| {r.fault} | " + " | ".join(str(getattr(r, c)) for c in COLUMNS) + f" | {codes} |")
+    return "\n".join(lines)
+
+
+def storm_report(stack: Stack, workload: Workload, n: int, concurrency: int) -> tuple[Row, float]:
+    """A cancellation storm of ``n`` requests (a third cancelled at random moments) after a warm-up of n/10; returns
+    its row, leaks filled in, and the largest growth of any process's resident memory across it, in MiB."""
+    asyncio.run(storm(stack.router_target, workload, max(1, n // 10), concurrency, 1 / 3, seed=1))
+    wait_idle(stack, LEASE_TTL_S + 10)
+    before = {p.name: rss_mb(p.popen.pid) for p in stack.processes}
+    row = asyncio.run(storm(stack.router_target, workload, n, concurrency, 1 / 3, seed=2))
+    row.leaked_leases, row.leaked_blocks, row.leaked_inflight = wait_idle(stack, LEASE_TTL_S + 10)
+    return row, max(rss_mb(p.popen.pid) - before[p.name] for p in stack.processes)
+
+
+def run_chaos(model: str | None, faults: list[str], concurrency: int, prompts: int, max_tokens: int,
+              before_s: float, after_s: float, time_scale: float, storm_requests: int = 0) -> int:
+    """``pdserve bench chaos``: start the matrix stack, take the fault-free answers, run each fault, print the table (and,
+    with ``storm_requests``, a cancellation storm of that many requests). Exit status 1 when anything was lost,
+    duplicated, wrong or leaked."""
+    from pdserve.engine.runtime import model_metadata
+
+    tokenizer, _, _ = model_metadata(model)
+    workload = make_workload(tokenizer.vocab_size, prompts, max_tokens)
+    started = time.monotonic()
+    stack = Stack(matrix_spec(model, time_scale)).start(timeout_s=600)  # a slow, busy machine loads models slowly
+    try:
+        asyncio.run(fault_free(stack.router_target, workload))
+        print(f"fault-free answers for {prompts} prompts taken; {concurrency} clients, fault after {before_s:g}s, "
+              f"load for {after_s:g}s more", flush=True)
+        rows = run_matrix(stack, workload, faults, concurrency, before_s, after_s,
+                          progress=lambda r: print(f"  {r.fault}: {r.sent} sent, {r.correct} correct", flush=True))
+        if storm_requests:
+            row, growth = storm_report(stack, workload, storm_requests, concurrency)
+            row.fault = f"cancel_storm ({storm_requests} requests)"
+            rows.append(row)
+            print(f"  {row.fault}: largest resident memory growth of any process {growth:.1f} MiB", flush=True)
+    finally:
+        stack.stop()
+    print(format_table(rows))
+    print(f"{time.monotonic() - started:.0f} s in all")
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def add_args(p) -> None:
+    p.add_argument("--model", default=None)
+    p.add_argument("--faults", default="none,decode_kill,prefill_kill,kvstore_kill,router_kill,rolling_restart,"
+                                       "cancel_storm")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=32, help="distinct requests (each answered once fault-free)")
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--before-s", type=float, default=3.0, help="load before the fault")
+    p.add_argument("--after-s", type=float, default=8.0, help="load after the fault")
+    p.add_argument("--time-scale", type=float, default=2.0, help="decode pacing (modeled step x this)")
+    p.add_argument("--storm", type=int, default=0,
+                   help="then a cancellation storm of this many requests, a third cancelled at random moments")
+
+
+def main(a) -> int:
+    faults = [f for f in a.faults.split(",") if f]
+    return run_chaos(a.model, faults, a.concurrency, a.prompts, a.max_tokens, a.before_s, a.after_s,
+                     a.time_scale, a.storm)

@@ -1,0 +1,323 @@
+"""``pdserve bench kv``: kvstore Put and Get throughput against a bare gRPC stream of the same bytes and memcpy.
+
+Three servers' worth of work in one run, side by side, so that the ratios hold on a busy machine:
+
+- the kvstore as deployed (``python -m kvstore``, its own process), through :class:`kvstore.client.KVStoreClient`;
+- a bare gRPC sink in its own process, on the same server scaffolding (options, message limits, interceptor): its Put
+  stream and Get stream carry the same data messages (one per chunk of each block, at most ``CHUNK_BYTES``) as raw
+  bytes, with no protobuf, no checksum, nothing kept. It is the floor a Python gRPC hand-off cannot beat;
+- memcpy: numpy copying the same bytes once, in this process.
+
+Every measurement is repeated and the best run is kept (the least disturbed by other work on the machine); the rounds
+alternate kvstore and bare so both see the same conditions, after a first round that warms both up (connections,
+the store filled to its budget, the sink's buffers made).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+import grpc
+import numpy as np
+
+from pdserve.launcher.stack import free_port
+from pdserve.common.server import CHANNEL_OPTIONS, serve
+from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.memory import keep_freed_memory
+from pdserve.kvstore.wire import CHUNK_BYTES
+
+SINK_SERVICE = "pdserve.bench.Sink"
+# the real model's block: SmolLM2-135M (30 layers, 3 KV heads, head_dim 64), 16 tokens, K and V, float32
+DEFAULT_BLOCK_BYTES = 30 * 2 * 16 * 3 * 64 * 4
+
+
+@dataclass
+class KVBenchRow:
+    op: str  # put or get
+    streams: int
+    mbytes: float  # moved by all streams together
+    kvstore_mb_s: float
+    bare_mb_s: float
+    memcpy_mb_s: float
+    kvstore_cpu_ms_per_mb: float  # client and server together, every round: robust where wall time is not
+    bare_cpu_ms_per_mb: float
+
+    @property
+    def vs_bare(self) -> float:
+        return self.kvstore_mb_s / self.bare_mb_s
+
+    @property
+    def cpu_vs_bare(self) -> float:
+        """Bare gRPC's CPU per byte over the kvstore's: the throughput ratio a CPU-bound, idle machine would show."""
+        return self.bare_cpu_ms_per_mb / self.kvstore_cpu_ms_per_mb
+
+    @property
+    def vs_memcpy(self) -> float:
+        return self.kvstore_mb_s / self.memcpy_mb_s
+
+
+# --- the bare sink -------------------------------------------------------------------------------------------------
+def _sink_handler() -> grpc.GenericRpcHandler:
+    """The least a store does with a stream: Put holds the messages it is sent until the stream ends, Get streams
+    ``count`` blocks of ``block_bytes`` as the kvstore would, from as many distinct buffers (made once). Holding and
+    reading distinct buffers matters: the same message sent again or one dropped at once stays in the CPU's cache,
+    the bytes of a store do not."""
+    made: dict[tuple[int, int], list[list[bytes]]] = {}
+
+    async def put(request_iterator, context) -> bytes:
+        held = [message async for message in request_iterator]
+        return sum(len(m) for m in held).to_bytes(8, "little")
+
+    async def get(request: bytes, context):
+        block_bytes, count = int.from_bytes(request[:8], "little"), int.from_bytes(request[8:16], "little")
+        if (block_bytes, count) not in made:
+            made[block_bytes, count] = [[os.urandom(n) for n in _message_sizes(block_bytes)] for _ in range(count)]
+        for block in made[block_bytes, count]:
+            for message in block:
+                yield message
+
+    return grpc.method_handlers_generic_handler(SINK_SERVICE, {
+        "Put": grpc.stream_unary_rpc_method_handler(put),
+        "Get": grpc.unary_stream_rpc_method_handler(get),
+    })
+
+
+def serve_sink(port: int) -> None:
+    keep_freed_memory()  # as the kvstore does: the floor gets the same allocator settings
+    def register(server: grpc.aio.Server) -> list[str]:
+        server.add_generic_rpc_handlers((_sink_handler(),))
+        return [SINK_SERVICE]
+
+    asyncio.run(serve("bench-sink", port, register))
+
+
+# --- measuring -----------------------------------------------------------------------------------------------------
+def _message_sizes(block_bytes: int) -> list[int]:
+    """The data messages of one block, as the kvstore sends them."""
+    return [min(CHUNK_BYTES, block_bytes - start) for start in range(0, block_bytes, CHUNK_BYTES)]
+
+
+class _Bare:
+    def __init__(self, target: str) -> None:
+        self.channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self.put_call = self.channel.stream_unary(f"/{SINK_SERVICE}/Put")
+        self.get_call = self.channel.unary_stream(f"/{SINK_SERVICE}/Get")
+
+    async def put(self, messages: list[bytes]) -> None:
+        await self.put_call(iter(messages))
+
+    async def get(self, block_bytes: int, count: int) -> int:
+        """Receive and hold the bytes until the end of the stream, as a fetch for a decode worker does."""
+        request = block_bytes.to_bytes(8, "little") + count.to_bytes(8, "little")
+        held = [message async for message in self.get_call(request)]
+        return sum(len(m) for m in held)
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, all its threads (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _timed(work, server_pid: int) -> tuple[float, float]:
+    """Wall seconds of ``work``, and the CPU seconds this process and the server spent on it."""
+    start, cpu = time.perf_counter(), time.process_time() + process_cpu_s(server_pid)
+    await work
+    return time.perf_counter() - start, time.process_time() + process_cpu_s(server_pid) - cpu
+
+
+def memcpy_mb_s(nbytes: int, repeat: int) -> float:
+    src = np.frombuffer(os.urandom(nbytes), dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(max(repeat, 3)):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best / 1e6
+
+
+async def _measure_streams(kv: KVStoreClient, bare: _Bare, pids: tuple[int, int], n: int, per_stream_blocks: int,
+                           block_bytes: int, repeat: int) -> list[KVBenchRow]:
+    """Put and Get rows for ``n`` concurrent streams, each moving ``per_stream_blocks`` blocks."""
+    payload = os.urandom(block_bytes)
+    bare_messages = [payload[:size] for size in _message_sizes(block_bytes)] * per_stream_blocks
+    keys: dict[int, list[list[str]]] = {}  # round -> stream -> keys (fresh each round: a repeated Put is a duplicate)
+
+    async def kv_put(r: int) -> None:
+        tag = uuid.uuid4().hex[:8]
+        keys[r] = [[f"bench-{tag}-{s}-{i}" for i in range(per_stream_blocks)] for s in range(n)]
+        await asyncio.gather(*(kv.put([BlockData(k, 16, payload) for k in ks]) for ks in keys[r]))
+
+    async def kv_get(r: int) -> None:
+        await asyncio.gather(*(kv.get(ks) for ks in keys[r]))
+
+    async def bare_put(r: int) -> None:
+        await asyncio.gather(*(bare.put(bare_messages) for _ in range(n)))
+
+    async def bare_get(r: int) -> None:
+        await asyncio.gather(*(bare.get(block_bytes, per_stream_blocks) for _ in range(n)))
+
+    runs = {"put": (kv_put, pids[0]), "bare_put": (bare_put, pids[1]),
+            "get": (kv_get, pids[0]), "bare_get": (bare_get, pids[1])}
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu = dict.fromkeys(runs, 0.0)
+    for r in range(repeat + 1):  # alternate, so that both see the same machine; round 0 warms up
+        for name, (work, pid) in runs.items():
+            w, c = await _timed(work(r), pid)
+            wall[name].append(w)
+            cpu[name] += c if r else 0.0
+    mb = n * per_stream_blocks * block_bytes / 1e6
+    memcpy = memcpy_mb_s(n * per_stream_blocks * block_bytes, repeat)
+    best = {name: mb / min(w[1:]) for name, w in wall.items()}
+    ms_per_mb = {name: c / (mb * repeat) * 1e3 for name, c in cpu.items()}
+    return [KVBenchRow(op, n, mb, best[op], best[f"bare_{op}"], memcpy, ms_per_mb[op], ms_per_mb[f"bare_{op}"])
+            for op in ("put", "get")]
+
+
+async def _measure(kv_target: str, sink_target: str, pids: tuple[int, int], total_bytes: int, block_bytes: int,
+                   streams: tuple[int, ...], repeat: int) -> list[KVBenchRow]:
+    per_stream_blocks = max(1, total_bytes // block_bytes)
+    kv, bare = KVStoreClient([kv_target]), _Bare(sink_target)
+    rows = []
+    try:
+        await kv.stats()  # connected before the clock starts
+        for n in streams:
+            rows += await _measure_streams(kv, bare, pids, n, per_stream_blocks, block_bytes, repeat)
+    finally:
+        await kv.close()
+        await bare.channel.close()
+    return sorted(rows, key=lambda row: (row.op != "put", row.streams))
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def _wait_ready(target: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    async with grpc.aio.insecure_channel(target) as ch:
+        try:
+            await asyncio.wait_for(ch.channel_ready(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            raise RuntimeError(f"bench-kv: {target} did not start: {proc.stderr.read().decode()[-2000:]}") from None
+
+
+def run_kv_bench(total_mb: float, block_bytes: int, streams: tuple[int, ...], repeat: int) -> list[KVBenchRow]:
+    """Start a kvstore and a bare sink as processes, measure, stop them."""
+    total_bytes = int(total_mb * (1 << 20))
+    # A store at its budget, as in service: each round's Puts evict the round before (never the blocks of their own
+    # round, which its Gets read), and the freed memory is reused.
+    capacity_mb = 1.5 * max(streams) * max(total_bytes, block_bytes) / (1 << 20) + 16
+    kv_port, sink_port = free_port(), free_port()
+    procs = [_start(["-m", "pdserve.kvstore", "--port", str(kv_port), "--capacity-mb", f"{capacity_mb:.0f}",
+                     "--log-level", "WARNING"]),
+             _start(["-m", "pdserve.bench.kv", "--sink-port", str(sink_port)])]
+    targets = [f"127.0.0.1:{kv_port}", f"127.0.0.1:{sink_port}"]
+
+    async def main() -> list[KVBenchRow]:
+        for target, proc in zip(targets, procs):
+            await _wait_ready(target, proc)
+        return await _measure(*targets, (procs[0].pid, procs[1].pid), total_bytes, block_bytes, streams, repeat)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def format_kv_table(rows: list[KVBenchRow], block_bytes: int) -> str:
+    lines = [f"kvstore hand-off: blocks of {block_bytes / 1024:.0f} KiB, data messages of at most "
+             f"{CHUNK_BYTES >> 10} KiB; MB/s: best round; CPU: client + server, ms per MB, all rounds",
+             f"{'op':<4} {'streams':>7} {'MB':>7} {'kvstore MB/s':>12} {'bare MB/s':>9} {'memcpy MB/s':>11} "
+             f"{'kv/bare':>7} {'kv/memcpy':>9} {'kv CPU':>6} {'bare CPU':>8} {'CPU bare/kv':>11}"]
+    for r in rows:
+        lines.append(f"{r.op:<4} {r.streams:>7} {r.mbytes:>7.1f} {r.kvstore_mb_s:>12.0f} {r.bare_mb_s:>9.0f} "
+                     f"{r.memcpy_mb_s:>11.0f} {r.vs_bare:>7.2f} {r.vs_memcpy:>9.3f} {r.kvstore_cpu_ms_per_mb:>6.2f} "
+                     f"{r.bare_cpu_ms_per_mb:>8.2f} {r.cpu_vs_bare:>11.2f}")
+    return "\n".join(lines)
+
+
+def rows_as_dicts(rows: list[KVBenchRow]) -> list[dict]:
+    return [asdict(r) | {"vs_bare": r.vs_bare, "vs_memcpy": r.vs_memcpy, "cpu_vs_bare": r.cpu_vs_bare} for r in rows]
+
+
+# --- the command ---------------------------------------------------------------------------------------------------
+def _positive_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
+
+
+def main(a: argparse.Namespace) -> int:
+    import json
+
+    for name in ("total_mb", "block_kb"):
+        if getattr(a, name) <= 0:
+            print(f"pdserve bench kv: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
+            return 2
+    if a.repeat < 1:
+        print("pdserve bench kv: --repeat must be >= 1", file=sys.stderr)
+        return 2
+    if a.handoff:
+        from pdserve.bench.handoff import MODES, format_handoff, run_handoff_bench
+
+        modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown or a.prompt_len < 1 or a.chunk_tokens < 1 or a.requests < 1:
+            print(f"pdserve bench kv: --modes must name some of {', '.join(MODES)}; --prompt-len, --chunk-tokens and "
+                  "--requests must be >= 1", file=sys.stderr)
+            return 2
+        handoff = run_handoff_bench(a.model, a.prompt_len, a.requests, a.chunk_tokens, modes)
+        print(format_handoff(handoff, a.prompt_len, a.chunk_tokens))
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump([asdict(r) for r in handoff], fh, indent=2)
+        return 0
+    block_bytes = int(a.block_kb * 1024)
+    rows = run_kv_bench(a.total_mb, block_bytes, a.streams, a.repeat)
+    print(format_kv_table(rows, block_bytes))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"block_bytes": block_bytes, "rows": rows_as_dicts(rows)}, fh, indent=2)
+    return 0
+
+
+def add_args(p) -> None:
+    p.add_argument("--total-mb", type=float, default=48.0, help="MiB each stream moves per round")
+    p.add_argument("--block-kb", type=float, default=DEFAULT_BLOCK_BYTES / 1024,
+                   help="block size in KiB (default: a 16-token block of SmolLM2-135M)")
+    p.add_argument("--streams", type=_positive_ints, default=(1, 4), help="concurrent streams, comma separated")
+    p.add_argument("--repeat", type=int, default=3, help="rounds; the best is kept")
+    p.add_argument("--json", default=None, help="also write the rows to this file")
+    g = p.add_argument_group("--handoff: the hand-off inside the stack (bench/handoff.py)")
+    g.add_argument("--handoff", action="store_true",
+                   help="instead: start a stack per mode and time TTFT and the first-to-second-token gap")
+    g.add_argument("--modes", default="store per chunk,+ prefetch,+ prefetch + shm")
+    g.add_argument("--model", default=None, help="GGUF (default: SmolLM2-135M-Instruct)")
+    g.add_argument("--prompt-len", type=int, default=1024)
+    g.add_argument("--chunk-tokens", type=int, default=256, help="prefill's --max-num-batched-tokens")
+    g.add_argument("--requests", type=int, default=4, help="measured requests per mode (after one warm-up)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="the bare gRPC sink bench-kv compares the kvstore with")
+    parser.add_argument("--sink-port", type=int, required=True)
+    serve_sink(parser.parse_args().sink_port)

@@ -1,0 +1,132 @@
+"""``pdserve up`` (the stack as processes until Ctrl-C) and ``pdserve demo`` (up, the source article's two prompts,
+down)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from pdserve.cli.generate import stream_from_router
+from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
+from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
+from pdserve.perfmodel.deployment import add_deployment_flag
+from pdserve.router.policy import PREFILL_POLICIES
+from pdserve.worker.clock import PACE_MODES
+
+DEMO_PROMPTS = ("What is the capital of France?", "巴黎是法国的")
+
+
+def stack_spec_from_args(a: argparse.Namespace):
+    from pdserve.launcher.stack import StackSpec
+
+    return StackSpec(model=a.model, n_prefill=a.prefill, n_decode=a.decode, n_kvstore=a.kvstore_shards,
+                     colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
+                     metrics_base_port=getattr(a, "metrics_base_port", 0),
+                     kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
+                     deployment=a.deployment,
+                     http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm)
+
+
+def cmd_up(a: argparse.Namespace) -> int:
+    from pdserve.launcher.stack import Stack
+
+    spec = stack_spec_from_args(a)
+    spec.tls = a.tls
+    if a.auth_token_file:
+        from pdserve.router.auth import load_token
+
+        spec.auth_token = load_token(a.auth_token_file)
+    stack = Stack(spec, inherit_output=a.verbose)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if a.prometheus_config and not a.metrics:
+        raise ValueError("prometheus_config: needs --metrics (the scrape config lists the metrics ports)")
+    stack.start()
+    try:
+        print("pdserve stack is up (Ctrl-C stops it):")
+        print(stack.describe())
+        if a.prometheus_config:
+            from pdserve.launcher.prometheus_config import write_scrape_config
+
+            rules = [a.prometheus_rules] if a.prometheus_rules else None
+            path = write_scrape_config(stack, a.prometheus_config, rule_files=rules,
+                                       scrape_interval_s=a.prometheus_scrape_interval_s)
+            print(f"prometheus scrape config: {path}")
+        if stack.tls_files is not None:
+            f = stack.tls_files
+            print(f"TLS on every port, mutual TLS between services: CA {f.ca}, certificate {f.cert}, key {f.key}")
+        print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
+        if stack.edge is not None:
+            print(f"OpenAI-compatible API: {stack.http_url}/v1 (e.g. curl {stack.http_url}/v1/models)")
+        sys.stdout.flush()
+        while not stop.is_set():
+            for p in stack.processes:
+                if p.popen.poll() is not None:
+                    print(f"{p.name} exited with code {p.popen.returncode}; stopping the stack", file=sys.stderr)
+                    stop.set()
+            stop.wait(0.5)
+    finally:
+        stack.stop()
+        print("pdserve stack stopped")
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    """Start the whole stack, ask the source article's two prompts, stop the stack."""
+    from pdserve.launcher.stack import Stack
+
+    with Stack(stack_spec_from_args(a)) as stack:
+        print("stack up:\n" + stack.describe(), flush=True)
+        for prompt in DEMO_PROMPTS:
+            print(f"\n>>> {prompt}")
+            stream_from_router(stack.router_target, dict(messages=[{"role": "user", "content": prompt}],
+                                                         max_tokens=a.max_tokens, temperature=0.0))
+    return 0
+
+
+def add_stack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="GGUF path (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--prefill", type=int, default=1, help="prefill workers")
+    p.add_argument("--decode", type=int, default=1, help="decode workers")
+    p.add_argument("--kvstore-shards", type=int, default=1)
+    p.add_argument("--colocated", action="store_true", help="decode workers prefill locally (no kvstore)")
+    p.add_argument("--policy", default="cache_aware", choices=PREFILL_POLICIES)
+    p.add_argument("--port", type=int, default=50050, help="router port (0: any free port)")
+    p.add_argument("--metrics", action="store_true", help="serve Prometheus /metrics on every service")
+    p.add_argument("--kv-capacity-mb", type=float, default=DEFAULT_CAPACITY_MB, help="byte budget of each kvstore shard")
+    p.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="decode KV budget in blocks")
+    p.add_argument("--pace", default="off", choices=PACE_MODES,
+                   help="realtime: each step lasts at least its modeled time x --time-scale")
+    p.add_argument("--time-scale", type=float, default=1.0)
+    add_deployment_flag(p, help="the workers' modeled deployment (KEY=V,..; e.g. hardware=H200,dp_attention=1)")
+    p.add_argument("--kv-shm", action="store_true",
+                   help="move KV blocks between the kvstores and the workers through /dev/shm (same host)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("up", help="start kvstore, prefill, decode and router as processes; Ctrl-C stops all")
+    add_stack_args(p)
+    p.add_argument("--verbose", action="store_true", help="show the services' logs")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="also start the OpenAI-compatible HTTP edge on this port (0: any free port)")
+    p.add_argument("--metrics-base-port", type=int, default=DEFAULT_METRICS_BASE_PORT,
+                   help="with --metrics: router at base, kvstores at base+10.., prefill base+20.., decode base+50..")
+    p.add_argument("--prometheus-config", default=None, metavar="PATH",
+                   help="with --metrics: write a Prometheus scrape config for this stack to PATH")
+    p.add_argument("--prometheus-rules", default=None, metavar="PATH",
+                   help="alert rules file the scrape config loads (e.g. deploy/prometheus/alerts.yml)")
+    p.add_argument("--prometheus-scrape-interval-s", type=float, default=5.0, help="scrape interval it sets")
+    p.add_argument("--tls", action="store_true",
+                   help="generate a CA and serve TLS on every port, mutual TLS between services")
+    p.add_argument("--auth-token-file", default=None, help="the router then requires this bearer token")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("demo", help="start the stack and answer the source article's two prompts")
+    add_stack_args(p)
+    p.set_defaults(port=0)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.set_defaults(func=cmd_demo)

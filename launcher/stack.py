@@ -1,0 +1,304 @@
+"""Starts a whole pdserve stack as separate processes on loopback: ``pdserve up``, the demo, the tests, the benchmarks.
+
+Each service runs as ``python -m <service>`` with its own flags. ``Stack.start()`` returns once every process
+answers grpc.health.v1 with SERVING; ``Stack.stop()`` sends SIGTERM, waits, and kills what is left: no orphans.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
+
+
+def wait_http_ok(url: str, deadline: float, popen: subprocess.Popen, name: str, log_tail) -> None:
+    """Poll ``url`` until it answers 200. Fails at once when the process exits, and at ``deadline`` (monotonic);
+    ``log_tail()`` gives the process's last output for the error."""
+    while True:
+        if popen.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {popen.returncode}:\n{log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} did not become ready in time:\n{log_tail()}")
+        time.sleep(0.1)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+# Fixed metrics ports: base + offset + index. (first offset, how many processes of that kind fit)
+METRICS_OFFSETS = {"router": (0, 1), "kvstore": (10, 10), "prefill_server": (20, 30), "decode_server": (50, 50)}
+DEFAULT_METRICS_BASE_PORT = 9400
+
+
+def metrics_port_for(base: int, module: str, index: int) -> int:
+    """The fixed metrics port of the index-th process of a kind; ValueError if the kind has no room for it."""
+    offset, room = METRICS_OFFSETS[module]
+    if index >= room:
+        raise ValueError(f"metrics_base_port: fixed metrics ports fit {room} {module} processes, got {index + 1}")
+    port = base + offset + index
+    if not 0 < port < 65536:
+        raise ValueError(f"metrics_base_port: {base} puts the {module} metrics port at {port}, outside 1..65535")
+    return port
+
+
+@dataclass
+class StackSpec:
+    model: str | None = None
+    n_prefill: int = 1
+    n_decode: int = 1
+    n_kvstore: int = 1
+    colocated: bool = False
+    policy: str = "cache_aware"
+    host: str = "127.0.0.1"
+    router_port: int = 0  # 0: a free port
+    kv_capacity_mb: float = DEFAULT_CAPACITY_MB
+    kv_blocks: int = DEFAULT_KV_BLOCKS
+    metrics: bool = False
+    metrics_base_port: int = 0  # with metrics: fixed ports from here (METRICS_OFFSETS); 0: free ports
+    fault_injection: bool = False
+    kv_shm: bool = False  # KV blocks through /dev/shm between the kvstores and the workers (all on this host)
+    extra: dict[str, list[str]] = field(default_factory=dict)  # service -> extra flags
+    pace: str = "off"  # modeled clock for prefill and decode workers: off | realtime
+    time_scale: float = 1.0
+    deployment: str = ""  # the workers' modeled deployment, KEY=V,.. (e.g. "hardware=H200")
+    threads_per_worker: int | None = None  # BLAS threads per model worker (default: cores / workers)
+    http_port: int | None = None  # the OpenAI-compatible HTTP edge in front of the router (None: none; 0: free port)
+    tls: bool = False  # a throwaway CA; TLS on every port, client certificates required between services
+    auth_token: str | None = None  # the router's public API then needs "authorization: Bearer <token>"
+
+
+@dataclass
+class Process:
+    name: str
+    module: str
+    port: int
+    args: list[str]
+    metrics_port: int = 0
+    popen: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class Stack:
+    def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False) -> None:
+        self.spec = spec
+        self.inherit_output = inherit_output
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdserve-logs-"))
+        self.processes: list[Process] = []
+        self._plan()
+
+    # --- planning ---------------------------------------------------------------------------------------------------
+    def _proc(self, name: str, module: str, args: list[str], port: int = 0) -> Process:
+        port = port or free_port(self.spec.host)
+        metrics_port = 0
+        if self.spec.metrics:
+            index = sum(p.module == module for p in self.processes)
+            base = self.spec.metrics_base_port
+            metrics_port = metrics_port_for(base, module, index) if base else free_port(self.spec.host)
+        p = Process(name, module, port, args + ["--port", str(port), "--host", self.spec.host,
+                                               "--metrics-port", str(metrics_port)], metrics_port)
+        self.processes.append(p)
+        return p
+
+    def _security(self) -> tuple[list[str], list[str]]:
+        """Flags for internal services and for the router: TLS with a fresh CA, the router's token file."""
+        self.tls_files = None
+        internal: list[str] = []
+        router: list[str] = []
+        if self.spec.tls:
+            from pdserve.common.certs import make_ca
+
+            self.tls_files = make_ca(self.log_dir / "tls", ["pdserve"])["pdserve"]
+            f = self.tls_files
+            router = ["--tls-cert", f.cert, "--tls-key", f.key, "--tls-ca", f.ca]
+            internal = router + ["--tls-client-ca", f.ca]  # mutual TLS between services
+        if self.spec.auth_token:
+            token_file = self.log_dir / "auth-token"
+            token_file.write_text(self.spec.auth_token)
+            token_file.chmod(0o600)
+            router = router + ["--auth-token-file", str(token_file)]
+        return internal, router
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """Client credentials for any port of a TLS stack (the services' own certificate); None without TLS."""
+        if self.tls_files is None:
+            return None
+        f = self.tls_files
+        return grpc.ssl_channel_credentials(Path(f.ca).read_bytes(), Path(f.key).read_bytes(),
+                                            Path(f.cert).read_bytes())
+
+    def _plan(self) -> None:
+        s = self.spec
+        internal, router_security = self._security()
+        model = ["--model", s.model] if s.model else []
+        clock = ["--pace", s.pace, "--time-scale", str(s.time_scale)] + (["--deployment", s.deployment] if s.deployment else [])
+        shm = ["--kv-shm"] if s.kv_shm and not s.colocated else []
+        kvstores = []
+        if not s.colocated:
+            for i in range(s.n_kvstore):
+                args = ["--capacity-mb", str(s.kv_capacity_mb)] + shm + (["--enable-fault-injection"]
+                                                                         if s.fault_injection else [])
+                kvstores.append(self._proc(f"kvstore-{i}", "kvstore", args + internal + s.extra.get("kvstore", [])))
+        kv_flag = ["--kvstore", ",".join(p.target for p in kvstores)]
+        self.kvstores = kvstores
+        self.prefills = [] if s.colocated else [
+            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + shm + clock + internal + s.extra.get("prefill", []))
+            for i in range(s.n_prefill)]
+        self.decodes = [
+            self._proc(f"decode-{i}", "decode_server",
+                       model + kv_flag + shm + clock + ["--kv-blocks", str(s.kv_blocks)] + internal
+                       + s.extra.get("decode", []))
+            for i in range(s.n_decode)]
+        self.router: Process | None = None
+        if self.decodes:  # a stack without workers is just kvstores (for tests of the store alone)
+            router_args = model + kv_flag + ["--decode", ",".join(p.target for p in self.decodes),
+                                             "--prefill", ",".join(p.target for p in self.prefills),
+                                             "--policy", s.policy] + (["--colocated"] if s.colocated else [])
+            self.router = self._proc("router", "router", router_args + router_security + s.extra.get("router", []),
+                                     s.router_port)
+        self.edge: Process | None = None
+        if self.router and s.http_port is not None:
+            edge_tls = ["--tls-ca", self.tls_files.ca] if self.tls_files else []  # plain HTTP out, TLS to the router
+            self.edge = self._proc("openai", "openai_server", ["--router", self.router.target] + edge_tls +
+                                   s.extra.get("openai_server", []), s.http_port)
+
+    # --- running ----------------------------------------------------------------------------------------------------
+    @property
+    def router_target(self) -> str:
+        return self.router.target
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        workers = len(self.prefills) + len(self.decodes)
+        threads = self.spec.threads_per_worker or max(1, (os.cpu_count() or 1) // max(1, workers))
+        env.setdefault("OPENBLAS_NUM_THREADS", str(threads))
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self, timeout_s: float = 120.0) -> "Stack":
+        """Start in dependency order (kvstores, workers, router), each stage SERVING before the next starts."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            for stage in self._stages():
+                for p in stage:
+                    self._launch(p)
+                self.wait_ready(stage, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _launch(self, p: Process) -> None:
+        env = self._env()
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        if self.inherit_output:
+            out = None
+        else:
+            p.log_path = self.log_dir / f"{p.name}.log"
+            out = open(p.log_path, "a")
+        p.popen = subprocess.Popen([sys.executable, "-m", f"pdserve.{p.module}", *p.args], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT if out else None, cwd=root)
+
+    def kill(self, p: Process, sig: int = signal.SIGKILL, timeout_s: float = 120.0) -> int:
+        """Stop one process with ``sig`` and wait for it (faults and rolling restarts); returns its exit code."""
+        p.popen.send_signal(sig)
+        return p.popen.wait(timeout=timeout_s)
+
+    def restart(self, p: Process, sig: int = signal.SIGTERM, timeout_s: float = 120.0) -> None:
+        """Stop one process (SIGTERM: it drains first) and start it again on the same port, SERVING on return."""
+        self.kill(p, sig, timeout_s)
+        self._launch(p)
+        self.wait_ready([p], time.monotonic() + timeout_s)
+
+    def _stages(self) -> list[list[Process]]:
+        return [self.kvstores, self.prefills + self.decodes, [self.router] if self.router else [],
+                [self.edge] if self.edge else []]
+
+    def wait_ready(self, processes: list[Process], deadline: float) -> None:
+        credentials = self.credentials()
+        for p in processes:
+            if p is self.edge:
+                self._wait_http_ready(p, deadline)
+                continue
+            with (grpc.secure_channel(p.target, credentials) if credentials else grpc.insecure_channel(p.target)) as ch:
+                stub = health_pb2_grpc.HealthStub(ch)
+                while True:
+                    if p.popen.poll() is not None:
+                        raise RuntimeError(f"{p.name} exited with code {p.popen.returncode}:\n{self.log_tail(p)}")
+                    try:
+                        status = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0).status
+                        if status == health_pb2.HealthCheckResponse.SERVING:
+                            break
+                    except grpc.RpcError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{p.name} did not become SERVING in time:\n{self.log_tail(p)}")
+                    time.sleep(0.1)
+
+    def _wait_http_ready(self, p: Process, deadline: float) -> None:
+        """The HTTP edge is ready when its /health answers 200 (it asks the router)."""
+        wait_http_ok(f"{self.http_url}/health", deadline, p.popen, p.name, lambda: self.log_tail(p))
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the OpenAI-compatible edge (``.../v1`` is the OpenAI base_url)."""
+        return f"http://{self.edge.target}"
+
+    def log_tail(self, p: Process, lines: int = 30) -> str:
+        if p.log_path is None or not p.log_path.exists():
+            return ""
+        return "\n".join(p.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM in stages (router, then workers, then kvstores) so nothing talks to a stopped peer; kill leftovers."""
+        for stage in reversed(self._stages()):
+            running = [p for p in stage if p.popen is not None and p.popen.poll() is None]
+            for p in running:
+                p.popen.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            for p in running:
+                try:
+                    p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.popen.kill()
+                    p.popen.wait()
+
+    def describe(self) -> str:
+        lines = []
+        for p in self.processes:
+            metrics = f"  metrics http://127.0.0.1:{p.metrics_port}/metrics" if p.metrics_port else ""
+            lines.append(f"{p.name:<12} {p.target}{metrics}")
+        return "\n".join(lines)
+
+    def __enter__(self) -> "Stack":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

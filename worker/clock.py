@@ -1,0 +1,69 @@
+"""The two clocks inside a worker: what a step took here (wall) and what it would take on the modeled deployment.
+
+Every prefill or decode step asks :class:`StepClock` for its modeled duration, computed by perfmodel/ from the batch
+it really ran. With ``pace=realtime`` the step then lasts at least modeled x time_scale of wall time, so queues build
+up the way they would on the modeled cluster; a step whose real compute is already longer than that budget is counted
+as lagging. Modeled figures are always reported in modeled seconds (time_scale divided back out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from pdserve.perfmodel.timing import TimingModel
+from pdserve.worker.metrics import LAG_SECONDS, LAGGED_STEPS, STEP_MODELED, STEP_TOKENS, STEP_WALL
+
+PACE_MODES = ("off", "realtime")
+KV_LINKS = ("nvlink", "rdma", "pcie")  # the hand-off paths TimingModel.kv_transfer_time prices
+
+@dataclass
+class StepTiming:
+    wall_s: float
+    modeled_s: float
+
+
+class StepClock:
+    def __init__(self, timing: TimingModel, pace: str = "off", time_scale: float = 1.0) -> None:
+        if pace not in PACE_MODES:
+            raise ValueError(f"pace: {pace!r} is not one of {', '.join(PACE_MODES)}")
+        if not time_scale > 0:
+            raise ValueError(f"time_scale: must be positive, got {time_scale}")
+        self.timing = timing
+        self.pace = pace
+        self.time_scale = time_scale
+        self.busy_modeled_s = 0.0  # modeled seconds of all steps so far (a worker-local modeled clock)
+        for phase in ("prefill", "decode"):  # present from the start, so a lag alert has a series to watch
+            LAGGED_STEPS.labels(phase)
+            LAG_SECONDS.labels(phase)
+
+    async def finish_step(self, phase: str, started_at: float, modeled_s: float, tokens: int) -> StepTiming:
+        """Record a step that began at ``started_at`` (perf_counter) and, when pacing, wait out its budget."""
+        wall = time.perf_counter() - started_at
+        if self.pace == "realtime":
+            budget = modeled_s * self.time_scale
+            if wall < budget:
+                await asyncio.sleep(budget - wall)
+            else:
+                LAGGED_STEPS.labels(phase).inc()
+                LAG_SECONDS.labels(phase).inc(wall - budget)
+        self.busy_modeled_s += modeled_s
+        STEP_WALL.labels(phase).observe(time.perf_counter() - started_at)
+        STEP_MODELED.labels(phase).observe(modeled_s)
+        STEP_TOKENS.labels(phase).observe(tokens)
+        return StepTiming(wall, modeled_s)
+
+    def prefill_seconds(self, chunks: list[tuple[int, int]]) -> float:
+        """Modeled prefill step for (new tokens, cached tokens) per sequence."""
+        return self.timing.prefill_time([n for n, _ in chunks], [c for _, c in chunks]).seconds
+
+    def decode_seconds(self, context_lens: list[int]) -> float:
+        return self.timing.decode_step_time(context_lens).seconds
+
+    async def pace_transfer(self, tokens: int, link: str, wall_s: float) -> float:
+        """Modeled KV hand-off of ``tokens`` tokens; when pacing, the hand-off lasts at least its budget."""
+        modeled = self.timing.kv_transfer_time(tokens, link)
+        if self.pace == "realtime" and wall_s < modeled * self.time_scale:
+            await asyncio.sleep(modeled * self.time_scale - wall_s)
+        return modeled

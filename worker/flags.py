@@ -1,0 +1,92 @@
+"""Flags and start-up shared by the prefill and decode workers: ``worker_parser`` / ``build_worker`` /
+``run_worker`` make each worker's ``main()`` a few lines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+
+import grpc
+
+from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
+from pdserve.common.metrics import set_process_info
+from pdserve.common.server import serve, setup_logging
+from pdserve.common.tls import configure_from_args
+from pdserve.engine.runtime import Runtime, default_served_name
+from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.scheduler_flags import add_scheduler_args
+from pdserve.kvstore.client import KVStoreClient
+from pdserve.perfmodel.deployment import add_deployment_flag, check_deployment, deployment_from_args
+from pdserve.worker.clock import KV_LINKS, PACE_MODES, StepClock
+from pdserve.worker.worker import DEFAULT_STEP_NICE, Worker
+
+
+def add_clock_flags(parser) -> None:
+    """The modeled deployment and the pacing of a worker's clock (each flag also reads its PDSERVE_* variable)."""
+    add_deployment_flag(parser)
+    parser.add_argument("--kv-link", default="nvlink", choices=KV_LINKS, help="modeled path of the KV hand-off")
+    parser.add_argument("--pace", default="off", choices=PACE_MODES,
+                        help="realtime: each step lasts at least its modeled time x time-scale")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per modeled second when pacing")
+
+
+def clock_from_args(args) -> StepClock:
+    """The worker's clock for the deployment its flags describe; ValueError (naming the field) if it cannot run."""
+    deployment = deployment_from_args(args)
+    check_deployment(deployment)
+    return StepClock(deployment.timing(), args.pace, args.time_scale)
+
+
+def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
+    parser = service_parser(name, default_port)
+    add_model_flags(parser)
+    parser.add_argument("--kvstore", default="127.0.0.1:50051", help="kvstore address(es), comma separated")
+    parser.add_argument("--kv-shm", action="store_true",
+                        help="move KV blocks through /dev/shm with kvstores on this host that allow it (--kv-shm "
+                             "there too); others get the socket")
+    add_scheduler_args(parser)
+    parser.add_argument("--max-queue", type=int, default=max_queue, help="requests held before RESOURCE_EXHAUSTED")
+    parser.add_argument("--model-step-nice", type=int, default=DEFAULT_STEP_NICE, choices=range(0, 20),
+                        metavar="0..19", help="run the model step this much nicer than the rest of the process, so "
+                        "that gRPC and KV transfers on shared cores are not starved by compute (0: same priority)")
+    parser.add_argument("--drain-timeout-s", type=float, default=60.0,
+                        help="on SIGTERM: health NOT_SERVING, new requests refused, and this long for those running "
+                             "to finish before the process stops")
+    add_clock_flags(parser)
+    return parser
+
+
+def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: int | None = None) -> Worker:
+    """Load the model and put the scheduler, the clock and the loop together. A modeled deployment that cannot
+    run stops the process with a message naming the field."""
+    setup_logging(args.log_level)
+    configure_from_args(args)
+    try:
+        clock = clock_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"modeled deployment: {exc}") from None
+    extra = {"slab_seqs": args.max_num_seqs} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
+    runtime = Runtime.load(args.model, args.block_tokens, **extra)
+    config = SchedulerConfig(role, args.max_num_seqs, args.max_num_batched_tokens, kv_blocks, args.block_tokens)
+    return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue, default_served_name(args.model),
+                  args.model_step_nice)
+
+
+async def run_worker(name: str, args, worker: Worker,
+                     register: Callable[[grpc.aio.Server, KVStoreClient | None], Iterable[str]]) -> None:
+    """Serve a worker until SIGTERM: its loop runs beside the gRPC server; the kvstore client closes at the end."""
+    targets = split_targets(args.kvstore)
+    kv = KVStoreClient(targets, shm=args.kv_shm) if targets else None
+    config = worker.runtime.config
+    set_process_info(name, args, worker.served_name, config.fingerprint)
+    loop_task = asyncio.create_task(worker.run(), name=f"{name}-steps")
+    try:
+        await serve(name, args.port, lambda server: register(server, kv), args.metrics_port, args.host,
+                    on_stop=lambda: worker.drain(args.drain_timeout_s))
+    finally:
+        loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop_task
+        if kv is not None:
+            await kv.close()

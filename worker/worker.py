@@ -1,0 +1,263 @@
+"""The model worker's loop, shared by prefill and decode.
+
+The scheduler lives on the asyncio event loop, with the gRPC handlers: submitting, cancelling and reading the load
+are plain method calls, with no locks and no mirrored counters. Only the numpy work of a step runs in a thread
+(numpy releases the GIL), so the event loop keeps streaming tokens and moving KV bytes meanwhile. A request cancelled
+while its step runs is removed right after that step: the forward never loses its KV mid-flight.
+
+Each step is timed in both clocks; a request's :class:`Job` collects its queue, prefill and decode time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+
+from pdserve.engine.runtime import Runtime
+from pdserve.engine.scheduler import Role, Scheduler, Step, StepOutput
+from pdserve.engine.sequence import Sequence
+from pdserve.engine.stop import FinishReason, StepResult
+from pdserve.v1 import common_pb2
+from pdserve.worker.clock import StepClock
+from pdserve.worker.metrics import ITL
+
+log = logging.getLogger("pdserve.worker")
+
+TokenEvent = tuple[list[int], StepResult]
+DEFAULT_STEP_NICE = 5
+
+
+class WorkerFull(Exception):
+    """The worker holds as many requests as it may (``--max-queue``)."""
+
+
+class WorkerDraining(Exception):
+    """The worker is shutting down: it finishes what it holds and takes nothing new (answered UNAVAILABLE, so the
+    router sends the request elsewhere)."""
+
+
+@dataclass
+class Job:
+    """One request inside a worker: where its tokens go, and its times in both clocks."""
+
+    seq: Sequence
+    events: asyncio.Queue[TokenEvent | BaseException] = field(default_factory=asyncio.Queue)  # per token, or a failure
+    arrived_at: float = field(default_factory=time.perf_counter)
+    scheduled_at: float | None = None  # first step that included it
+    arrived_modeled_s: float = 0.0  # the worker's modeled busy clock at arrival
+    queue_modeled_s: float = 0.0
+    compute_wall_s: float = 0.0  # wall time of the prefill steps it was part of
+    prefill_modeled_s: float = 0.0  # modeled time of the prompt steps it was part of
+    decode_modeled_s: float = 0.0  # modeled time of the decode steps (and recomputation) it was part of
+    last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
+    last_token_modeled_s: float = 0.0
+    on_prefill_chunk: Callable[[], object] | None = None  # after each prompt chunk's step (e.g. store its KV blocks)
+
+    @property
+    def queue_wall_s(self) -> float:
+        return (self.scheduled_at or self.arrived_at) - self.arrived_at
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Raise the calling thread's nice value by ``nice`` (Linux keeps one per thread; threads it starts inherit it).
+
+    The model step is the one thread that would use a core for seconds on end; at a lower priority it yields to the
+    process's event loop and to the kvstore, so that on shared cores the KV hand-off and token streaming are not
+    starved while the next step computes. Raising a nice value needs no privilege."""
+    if nice > 0 and hasattr(os, "setpriority"):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+
+
+class Worker:
+    def __init__(self, runtime: Runtime, scheduler: Scheduler, clock: StepClock, max_queue: int,
+                 served_name: str = "", step_nice: int = 0) -> None:
+        self.runtime = runtime
+        self.scheduler = scheduler
+        self.clock = clock
+        self.max_queue = max_queue
+        self.inflight = 0  # requests inside the service (including their KV transfers), for --max-queue
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._jobs: dict[int, Job] = {}  # id(sequence) -> job, while the scheduler holds the sequence
+        self._wake = asyncio.Event()
+        self._stepping = False
+        self._cancel_after_step: list[Sequence] = []
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="model-step", initializer=lower_thread_priority,
+                                            initargs=(step_nice,))
+        self.served_name = served_name or runtime.model_name  # the model_name label, as the router names it
+        self.on_preempted: Callable[[int], object] | None = None  # called with the number preempted by a step
+        self._preemptions_seen = 0
+
+    # --- what the service calls -------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def admission(self):
+        """Hold one of the worker's ``max_queue`` request places for the duration of a request."""
+        if self.draining:
+            raise WorkerDraining("worker is draining (shutting down); send the request to another worker")
+        if self.inflight >= self.max_queue:
+            raise WorkerFull(f"worker is full ({self.inflight} of {self.max_queue} requests)")
+        self.inflight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.inflight -= 1
+            if not self.inflight:
+                self._idle.set()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Take no new requests and wait (at most ``timeout_s``) until those inside have finished."""
+        self.draining = True
+        if self.inflight:
+            log.info("draining: waiting for %d requests (at most %.0fs)", self.inflight, timeout_s)
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("drain timed out with %d requests still running; they are cancelled", self.inflight)
+
+    def submit(self, seq: Sequence) -> Job:
+        """Queue a sequence; its tokens arrive on ``job.events``. Raises KVBudgetExceeded for one that can never run."""
+        self.scheduler.add(seq)
+        job = Job(seq, arrived_modeled_s=self.clock.busy_modeled_s)
+        self._jobs[id(seq)] = job
+        self._wake.set()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Drop a request the caller gave up on: its KV is freed now, or right after the step that is using it."""
+        if self._jobs.pop(id(job.seq), None) is None:
+            return  # already finished
+        if self._stepping:
+            self._cancel_after_step.append(job.seq)
+        else:
+            self.scheduler.abort(job.seq)
+
+    def load(self) -> common_pb2.WorkerLoad:
+        s = self.scheduler
+        return common_pb2.WorkerLoad(
+            waiting=len(s.waiting), running=len(s.running), waiting_tokens=s.pending_tokens,
+            kv_blocks_used=s.budget.used if s.budget else 0, kv_blocks_total=s.budget.total_blocks if s.budget else 0,
+            model_fingerprint=self.runtime.config.fingerprint)
+
+    # --- the loop ---------------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            while True:
+                step = self.scheduler.schedule() if self.scheduler.has_work() else Step()
+                if not step:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                try:
+                    await self._run_step(step)
+                except Exception:  # a bug in one step must not stop the worker silently
+                    log.exception("step failed")
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run_step(self, step: Step) -> None:
+        started = time.perf_counter()  # the paced budget covers the whole iteration, scheduling included
+        self._note_scheduled(step, started)
+        output = StepOutput()
+        self._stepping = True
+        try:
+            if step.prefills:
+                output.prefills, started = await self._prefill_phase(step, started)
+            if step.decodes:
+                output.decodes = await self._decode_phase(step, started)
+        finally:
+            self._stepping = False
+        for seq, result in self.scheduler.postprocess(step, output):
+            self._deliver(seq, result)
+        preempted = self.scheduler.num_preemptions - self._preemptions_seen
+        if preempted and self.on_preempted is not None:
+            self.on_preempted(preempted)
+        self._preemptions_seen = self.scheduler.num_preemptions
+        for seq in self._cancel_after_step:
+            self.scheduler.abort(seq)
+        self._cancel_after_step.clear()
+
+    async def _prefill_phase(self, step: Step, started: float) -> tuple[list[StepResult | None], float]:
+        chunks = step.prefills
+        fresh = [not seq.output_ids for seq, _ in chunks]  # before running: a recomputed sequence has output
+        work = [(n, seq.kv.length) for seq, n in chunks]
+        done = await self._execute(lambda: (self.clock.prefill_seconds(work), self.runtime.prefill(chunks)),
+                                   [seq for seq, _ in chunks])
+        if done is None:
+            step.prefills = []
+            return [], time.perf_counter()
+        modeled, results = done
+        for seq, _ in chunks:  # before any pacing sleep: the KV of these chunks can move now
+            job = self._jobs.get(id(seq))
+            if job is not None and job.on_prefill_chunk is not None:
+                job.on_prefill_chunk()
+        timing = await self.clock.finish_step("prefill", started, modeled, sum(n for _, n in chunks))
+        for (seq, _), is_fresh in zip(chunks, fresh):
+            job = self._jobs.get(id(seq))
+            if job is None:
+                continue
+            job.compute_wall_s += timing.wall_s
+            if is_fresh:
+                job.prefill_modeled_s += modeled
+            else:  # recomputation delays this sequence's next token: decode time
+                job.decode_modeled_s += modeled
+        return results, time.perf_counter()
+
+    async def _decode_phase(self, step: Step, started: float) -> list[StepResult]:
+        seqs = step.decodes
+        contexts = [seq.kv.length + 1 for seq in seqs]
+        done = await self._execute(lambda: (self.clock.decode_seconds(contexts), self.runtime.decode_step(seqs)), seqs)
+        if done is None:
+            step.decodes = []
+            return []
+        modeled, results = done
+        await self.clock.finish_step("decode", started, modeled, len(seqs))
+        for seq in seqs:
+            job = self._jobs.get(id(seq))
+            if job is not None:
+                job.decode_modeled_s += modeled
+        return results
+
+    async def _execute(self, work: Callable[[], tuple], seqs: list[Sequence]) -> tuple | None:
+        """Run one phase (its modeled duration and its numpy work) off the event loop.
+
+        A failure ends these requests with an error, not the worker; the result is then None.
+        """
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        except Exception as exc:
+            log.exception("model step failed for %d sequences", len(seqs))
+            for seq in seqs:
+                self.scheduler.abort(seq, FinishReason.ERROR)
+                job = self._jobs.pop(id(seq), None)
+                if job is not None:
+                    job.events.put_nowait(exc)
+            return None
+
+    def _note_scheduled(self, step: Step, now: float) -> None:
+        for seq in [seq for seq, _ in step.prefills] + step.decodes:
+            job = self._jobs.get(id(seq))
+            if job is not None and job.scheduled_at is None:
+                job.scheduled_at = now
+                job.queue_modeled_s = self.clock.busy_modeled_s - job.arrived_modeled_s
+
+    def _deliver(self, seq: Sequence, result: StepResult) -> None:
+        job = self._jobs.get(id(seq))
+        if job is None:
+            return  # cancelled while the step ran
+        job.events.put_nowait(([seq.output_ids[-1]], result))
+        now, now_modeled = time.perf_counter(), self.clock.busy_modeled_s
+        if job.last_token_at is not None:
+            ITL.observe(now - job.last_token_at, now_modeled - job.last_token_modeled_s, self.served_name)
+        job.last_token_at, job.last_token_modeled_s = now, now_modeled
+        if result.finished or self.scheduler.config.role is Role.PREFILL:
+            del self._jobs[id(seq)]
