@@ -20,7 +20,6 @@ import asyncio
 import random
 import signal
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from pdserve.client.client import AsyncPdserveClient
+from pdserve.common.scrape import scrape, total
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.v1 import common_pb2, decode_pb2_grpc
@@ -169,20 +169,18 @@ def rss_mb(pid: int) -> float:
 
 
 # --- what the stack still holds -------------------------------------------------------------------------------------
-def _gauge(port: int, name: str) -> float:
-    """One sample of a /metrics page (``name`` with its labels as printed, e.g. 'x_total{phase="resume"}'); 0 if absent
-    or if the process is down."""
+def _gauge(port: int, name: str, **labels: str) -> float:
+    """The sum of a metric's samples with these labels on one /metrics page; 0 if the process is down."""
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return total(scrape(port), name, **labels)
     except OSError:
         return 0.0
-    return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")), 0.0)
 
 
 def _handled(stack: Stack) -> tuple[float, float]:
     """(streams resumed by the router, prompts recomputed by decode workers) so far."""
-    resumed = _gauge(stack.router.metrics_port, 'pdserve_router_retries_total{phase="resume"}')
-    recomputed = sum(_gauge(p.metrics_port, 'pdserve_decode_kv_load_failures_total{policy="recompute"}')
+    resumed = _gauge(stack.router.metrics_port, "pdserve_router_retries_total", phase="resume")
+    recomputed = sum(_gauge(p.metrics_port, "pdserve_decode_kv_load_failures_total", policy="recompute")
                      for p in stack.decodes)
     return resumed, recomputed
 

@@ -17,11 +17,10 @@ import argparse
 import asyncio
 import math
 import shlex
-import urllib.request
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
+from pdserve.common.scrape import scrape, total
 from pdserve.bench.backends import BenchError, InProcessBackend
 from pdserve.workload.requests import ServedModel
 from pdserve.workload.requests import build_requests
@@ -37,15 +36,10 @@ MODES = ("in_process", "disaggregated", "colocated")
 
 def step_wall_seconds(metrics_ports: list[int], phase: str) -> float | None:
     """Summed wall seconds of the workers' steps of one phase so far (None when a worker has no such metric)."""
-    total = 0.0
-    for port in metrics_ports:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        families = [f for f in text_string_to_metric_families(text) if f.name == "pdserve_step_wall_seconds"]
-        if not families:
-            return None
-        total += sum(s.value for s in families[0].samples
-                     if s.name == "pdserve_step_wall_seconds_sum" and s.labels.get("phase") == phase)
-    return total
+    pages = [scrape(port) for port in metrics_ports]
+    if any(not any(name == "pdserve_step_wall_seconds_sum" for name, _ in page) for page in pages):
+        return None
+    return sum(total(page, "pdserve_step_wall_seconds_sum", phase=phase) for page in pages)
 
 
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,

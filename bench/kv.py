@@ -23,11 +23,13 @@ import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import grpc
 import numpy as np
 
 from pdserve.launcher.stack import free_port
+from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.common.server import CHANNEL_OPTIONS, serve
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.memory import keep_freed_memory
@@ -201,15 +203,6 @@ def _start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-async def _wait_ready(target: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
-    async with grpc.aio.insecure_channel(target) as ch:
-        try:
-            await asyncio.wait_for(ch.channel_ready(), timeout_s)
-        except TimeoutError:
-            proc.kill()
-            raise RuntimeError(f"bench-kv: {target} did not start: {proc.stderr.read().decode()[-2000:]}") from None
-
-
 def run_kv_bench(total_mb: float, block_bytes: int, streams: tuple[int, ...], repeat: int) -> list[KVBenchRow]:
     """Start a kvstore and a bare sink as processes, measure, stop them."""
     total_bytes = int(total_mb * (1 << 20))
@@ -222,13 +215,11 @@ def run_kv_bench(total_mb: float, block_bytes: int, streams: tuple[int, ...], re
              _start(["-m", "pdserve.bench.kv", "--sink-port", str(sink_port)])]
     targets = [f"127.0.0.1:{kv_port}", f"127.0.0.1:{sink_port}"]
 
-    async def main() -> list[KVBenchRow]:
-        for target, proc in zip(targets, procs):
-            await _wait_ready(target, proc)
-        return await _measure(*targets, (procs[0].pid, procs[1].pid), total_bytes, block_bytes, streams, repeat)
-
     try:
-        return asyncio.run(main())
+        for target, proc in zip(targets, procs):
+            wait_for(partial(grpc_serving, target), 60, f"bench kv: {target} SERVING", proc,
+                     lambda p=proc: p.stderr.read().decode()[-2000:])
+        return asyncio.run(_measure(*targets, (procs[0].pid, procs[1].pid), total_bytes, block_bytes, streams, repeat))
     finally:
         for proc in procs:
             proc.terminate()

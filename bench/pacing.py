@@ -6,10 +6,9 @@ and the machine keeps up; above 1 means real work overran the modeled budgets.
 
 from __future__ import annotations
 
-import urllib.request
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
+from pdserve.common.scrape import scrape, total
 
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.workload.record import Sampling
@@ -20,14 +19,10 @@ from pdserve.workload.record import LoadSpec
 
 def _decode_step_stats(port: int) -> tuple[float, float, float]:
     """(steps, summed modeled seconds, summed batch size) of the decode worker so far."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.labels.get("phase") == "decode":
-                values[s.name] = s.value
-    return (values.get("pdserve_step_modeled_seconds_count", 0.0), values.get("pdserve_step_modeled_seconds_sum", 0.0),
-            values.get("pdserve_step_batch_tokens_sum", 0.0))
+    page = scrape(port)
+    return (total(page, "pdserve_step_modeled_seconds_count", phase="decode"),
+            total(page, "pdserve_step_modeled_seconds_sum", phase="decode"),
+            total(page, "pdserve_step_batch_tokens_sum", phase="decode"))
 
 
 def run_pacing_bench(concurrencies=(1, 16, 64), prompt_len: int = 256, output_len: int = 128,

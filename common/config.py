@@ -12,7 +12,7 @@ import os
 import sys
 
 from pdserve.common.tls import add_tls_flags
-from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS
+from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")

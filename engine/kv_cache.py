@@ -1,4 +1,4 @@
-"""A sequence's KV cache and its exchange format: fixed-size blocks, content-addressed by chained hashes.
+"""A sequence's KV cache and its exchange format: fixed-size blocks (named in engine/kv_blocks.py).
 
 In memory a sequence keeps K and V per layer contiguously (``[layers, kv_heads, capacity, head_dim]``) so attention
 reads them as views without gathering. Capacity grows in whole blocks. On the wire the unit is a *block*:
@@ -8,47 +8,10 @@ restores the same numbers bit for bit.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from pdserve.engine.gguf_model import ModelConfig
-
-DEFAULT_BLOCK_TOKENS = 16
-KV_DTYPE = "float32"
-
-
-def block_keys(token_ids: list[int], fingerprint: str, block_tokens: int = DEFAULT_BLOCK_TOKENS,
-               kv_dtype: str = KV_DTYPE) -> list[str]:
-    """Chained content keys of the *full* blocks of ``token_ids``.
-
-    key_i = sha256(key_{i-1} | fingerprint | dtype | block size | token ids of block i). Equal prefixes give equal
-    keys in any process, which is what makes prefix reuse across requests and services work.
-    """
-    keys: list[str] = []
-    previous = ""
-    for start in range(0, len(token_ids) - block_tokens + 1, block_tokens):
-        block = token_ids[start:start + block_tokens]
-        digest = hashlib.sha256()
-        digest.update(f"{previous}|{fingerprint}|{kv_dtype}|{block_tokens}|".encode())
-        digest.update(np.asarray(block, dtype="<u4").tobytes())
-        previous = digest.hexdigest()
-        keys.append(previous)
-    return keys
-
-
-def tail_block_key(scope: str, token_count: int) -> str:
-    """Key of a partial last block: scoped to one prefill call (``scope``), never shared."""
-    return f"tail:{scope}:{token_count}"
-
-
-def handle_block_keys(full_block_keys: list[str], scope: str, token_count: int, block_tokens: int) -> list[str]:
-    """The keys of a prompt's KV handle: its full blocks' keys, then its partial last block's (named by ``scope``,
-    the prefill call's lease id) when ``token_count`` is not a whole number of blocks. Prefill stores under these
-    keys, and the router predicts them to prefetch before prefill returns."""
-    tail = [tail_block_key(scope, token_count)] if token_count % block_tokens else []
-    return list(full_block_keys) + tail
-
+from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
 
 def block_nbytes(config: ModelConfig, tokens: int) -> int:
     return config.n_layers * 2 * tokens * config.n_kv_heads * config.head_dim * 4

@@ -17,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pdserve.engine.kv_blocks import leading_hits
+
 MAX_LEASE_TTL_S = 3600.0
 MAX_WAIT_S = 600.0  # the longest a Get waits for blocks still being written
 RELEASED_KEPT = 100_000  # released lease ids remembered, so a Put or Acquire racing a release cannot revive one
@@ -182,10 +184,7 @@ class BlockStore:
         return block
 
     def present_prefix(self, keys: list[str]) -> int:
-        for i, key in enumerate(keys):
-            if key not in self.blocks:
-                return i
-        return len(keys)
+        return leading_hits(keys, self.blocks)
 
     def acquire(self, keys: list[str], lease_id: str, ttl_s: float) -> int:
         """Lease the leading present keys; returns how many."""

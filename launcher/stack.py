@@ -13,32 +13,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
-
-
-def wait_http_ok(url: str, deadline: float, popen: subprocess.Popen, name: str, log_tail) -> None:
-    """Poll ``url`` until it answers 200. Fails at once when the process exits, and at ``deadline`` (monotonic);
-    ``log_tail()`` gives the process's last output for the error."""
-    while True:
-        if popen.poll() is not None:
-            raise RuntimeError(f"{name} exited with code {popen.returncode}:\n{log_tail()}")
-        try:
-            with urllib.request.urlopen(url, timeout=1.0) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{name} did not become ready in time:\n{log_tail()}")
-        time.sleep(0.1)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -242,29 +224,16 @@ class Stack:
                 [self.edge] if self.edge else []]
 
     def wait_ready(self, processes: list[Process], deadline: float) -> None:
-        credentials = self.credentials()
         for p in processes:
-            if p is self.edge:
-                self._wait_http_ready(p, deadline)
-                continue
-            with (grpc.secure_channel(p.target, credentials) if credentials else grpc.insecure_channel(p.target)) as ch:
-                stub = health_pb2_grpc.HealthStub(ch)
-                while True:
-                    if p.popen.poll() is not None:
-                        raise RuntimeError(f"{p.name} exited with code {p.popen.returncode}:\n{self.log_tail(p)}")
-                    try:
-                        status = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0).status
-                        if status == health_pb2.HealthCheckResponse.SERVING:
-                            break
-                    except grpc.RpcError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{p.name} did not become SERVING in time:\n{self.log_tail(p)}")
-                    time.sleep(0.1)
+            self._wait_one(p, deadline)
 
-    def _wait_http_ready(self, p: Process, deadline: float) -> None:
-        """The HTTP edge is ready when its /health answers 200 (it asks the router)."""
-        wait_http_ok(f"{self.http_url}/health", deadline, p.popen, p.name, lambda: self.log_tail(p))
+    def _wait_one(self, p: Process, deadline: float) -> None:
+        if p is self.edge:  # the HTTP edge is ready when its /health answers 200 (it asks the router)
+            probe, what = (lambda: http_ok(f"{self.http_url}/health")), f"{p.name} ready"
+        else:
+            credentials = self.credentials()
+            probe, what = (lambda: grpc_serving(p.target, credentials)), f"{p.name} SERVING"
+        wait_for(probe, max(0.0, deadline - time.monotonic()), what, p.popen, lambda: self.log_tail(p))
 
     @property
     def http_url(self) -> str:

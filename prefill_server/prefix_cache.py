@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from pdserve.engine.kv_blocks import leading_hits
+
 
 class LocalPrefixCache:
     def __init__(self, capacity_bytes: int) -> None:
@@ -16,10 +18,7 @@ class LocalPrefixCache:
         self._blocks: OrderedDict[str, bytes] = OrderedDict()
 
     def leading_hits(self, keys: list[str]) -> int:
-        for i, key in enumerate(keys):
-            if key not in self._blocks:
-                return i
-        return len(keys)
+        return leading_hits(keys, self._blocks)
 
     def get(self, key: str) -> bytes | memoryview:
         self._blocks.move_to_end(key)

@@ -16,7 +16,7 @@ from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
 from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
 from pdserve.worker.flags import build_worker, run_worker, worker_parser
-from pdserve.engine.kv_cache import block_keys
+from pdserve.engine.kv_blocks import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
 from pdserve.engine.sequence import Sequence

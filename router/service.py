@@ -14,7 +14,7 @@ from pdserve.common.metrics import request_id_var
 from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import check_request_id
-from pdserve.engine.kv_cache import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
+from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pdserve.engine.kv_blocks import leading_hits
 from pdserve.common.server import channel
 from pdserve.v1 import common_pb2, decode_pb2_grpc, prefill_pb2_grpc
 
@@ -54,10 +55,7 @@ class Worker:
             self.recent_keys.popitem(last=False)
 
     def matched_blocks(self, keys: list[str]) -> int:
-        for i, key in enumerate(keys):
-            if key not in self.recent_keys:
-                return i
-        return len(keys)
+        return leading_hits(keys, self.recent_keys)
 
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]  # (host, port) -> IP addresses

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from pdserve.engine.kv_blocks import leading_hits
+
 
 def block_keys(token_ids: list[int], block_tokens: int) -> list[int]:
     """One key per full block, chained: equal keys mean equal prefixes up to and including that block."""
@@ -29,12 +31,9 @@ class PrefixCache:
         if not self.capacity:
             return 0
         limit = (prompt_len - 1) // block_tokens
-        hits = 0
-        for key in keys[:limit]:
-            if key not in self._blocks:
-                break
+        hits = leading_hits(keys[:limit], self._blocks)
+        for key in keys[:hits]:
             self._blocks.move_to_end(key)
-            hits += 1
         self.hit_tokens += hits * block_tokens
         return hits * block_tokens
 

@@ -2,32 +2,9 @@
 
 from __future__ import annotations
 
-import time
-import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """Every sample of a /metrics page as {(name, sorted labels): value}."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def wait_until(condition, timeout_s: float = 15.0, what: str = "condition"):
-    """Poll until condition() is truthy; the timeout only bounds a failure, it is not a speed assertion."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {timeout_s}s (last value {value!r})")
-        time.sleep(0.05)
+from pdserve.common.readiness import wait_for as wait_until  # noqa: F401  (the tests' name for it)
+from pdserve.common.scrape import scrape  # noqa: F401
 
 
 def reference(runtime, prompts: list[list[int]], params_list):

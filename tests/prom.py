@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from pdserve.launcher.stack import free_port, wait_http_ok
+from pdserve.common.readiness import http_ok, wait_for
+from pdserve.launcher.stack import free_port
 
 COMPARISON = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.eE+-]+\s*$")
 
@@ -49,7 +49,7 @@ class Prometheus:
             stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        wait_http_ok(f"{self.url}/-/ready", time.monotonic() + timeout_s, self.proc, "prometheus", self.log.read_text)
+        wait_for(lambda: http_ok(f"{self.url}/-/ready"), timeout_s, "prometheus ready", self.proc, self.log.read_text)
 
     def stop(self) -> None:
         self.proc.terminate()

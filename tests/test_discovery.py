@@ -7,14 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import grpc
 import pytest
 
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.launcher.stack import free_port
 from pdserve.v1 import common_pb2
 from pdserve.router.workers import decode_pool, is_discovered, split_target
@@ -68,17 +66,7 @@ def two_replicas(tiny_model_path, tmp_path_factory):
 
 
 def wait_serving(target: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    with grpc.insecure_channel(target) as ch:
-        while True:
-            try:
-                status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+    wait_for(lambda: grpc_serving(target), 120, f"{target} SERVING", proc, log.read_text)
 
 
 def test_router_pool_follows_the_addresses_a_name_resolves_to(two_replicas):

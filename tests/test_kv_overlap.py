@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from pdserve.client.client import AsyncPdserveClient
-from pdserve.engine.kv_cache import block_keys
+from pdserve.engine.kv_blocks import block_keys
 from pdserve.engine.params import SamplingParams
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.prefill_server.kv_upload import BlockUploader
