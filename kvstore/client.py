@@ -12,12 +12,11 @@ lookups, leases and releases carry on with the live shards (a dead shard's lease
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -32,7 +31,6 @@ from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore.client")
 
-DEFAULT_LEASE_TTL_S = 30.0  # how long prefilled KV waits, leased, for a decode worker
 SHARD_DOWN_FOR_S = 2.0  # a shard that answered UNAVAILABLE is skipped this long
 
 
@@ -151,27 +149,6 @@ class KVStoreClient:
                     pending += positions
                 elif isinstance(result, BaseException):
                     raise result
-
-    @contextlib.asynccontextmanager
-    async def keep_lease(self, lease_id: str, lease_ttl_s: float) -> AsyncIterator[None]:
-        """Renew a lease every third of its TTL while the body runs (e.g. a slow fetch, a long wait)."""
-        if not lease_id or lease_ttl_s <= 0:
-            yield
-            return
-
-        async def renew_forever() -> None:
-            while True:
-                await asyncio.sleep(lease_ttl_s / 3)
-                try:
-                    await self.renew(lease_id, lease_ttl_s, timeout=lease_ttl_s / 3)
-                except grpc.aio.AioRpcError as exc:
-                    log.warning("lease %s not renewed: %s", lease_id, exc.details())
-
-        task = asyncio.create_task(renew_forever())
-        try:
-            yield
-        finally:
-            task.cancel()
 
     # --- blocks ---------------------------------------------------------------------------------------------------
     async def put(self, blocks: list[BlockData], lease_id: str = "", lease_ttl_s: float = 0.0,
@@ -341,13 +318,6 @@ class KVStoreClient:
         replies = await self._each_shard(lambda s: s.Release(kvstore_pb2.LeaseRequest(lease_id=lease_id),
                                                              timeout=timeout))
         return sum(r.blocks for r in replies)
-
-    async def release_quietly(self, lease_id: str, timeout: float = 5.0) -> None:
-        """Release a lease where failing is no reason to fail the request: a lease left behind simply expires."""
-        try:
-            await self.release(lease_id, timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            log.warning("lease %s not released: %s (it will expire)", lease_id, exc.details())
 
     async def renew(self, lease_id: str, lease_ttl_s: float, timeout: float | None = None) -> int:
         request = kvstore_pb2.LeaseRequest(lease_id=lease_id, lease_ttl_s=lease_ttl_s)

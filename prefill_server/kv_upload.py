@@ -15,6 +15,7 @@ import contextlib
 from pdserve.engine.kv_blocks import handle_block_keys
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.lease import KVLease
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 
 
@@ -27,11 +28,11 @@ class BlockUploader:
     """
 
     def __init__(self, kv: KVStoreClient, cache: LocalPrefixCache, seq: Sequence, keys: list[str], first: int,
-                 lease_id: str, ttl: float, turns: asyncio.Lock | None = None) -> None:
+                 lease: KVLease, turns: asyncio.Lock | None = None) -> None:
         self.kv, self.cache, self.seq, self.keys = kv, cache, seq, keys
         self.turns = turns or asyncio.Lock()
         self.next = first  # the next block to store
-        self.lease_id, self.ttl = lease_id, ttl
+        self.lease = lease  # the blocks are stored under it
         self.pending: list[asyncio.Task] = []
         self.puts = 0  # Put calls made (one per chunk before the last that completed a block, then one)
 
@@ -53,7 +54,7 @@ class BlockUploader:
 
     async def _put_in_turn(self, blocks: list[BlockData]) -> None:
         async with self.turns:
-            await self.kv.put(blocks, self.lease_id, self.ttl)
+            await self.kv.put(blocks, self.lease.lease_id, self.lease.ttl_s)
 
     def chunk_done(self) -> None:
         """A prompt chunk's step ended: start storing the blocks it completed. After the last chunk nothing starts
@@ -66,7 +67,7 @@ class BlockUploader:
         handle's keys. A failed Put raises here, after the others are cancelled."""
         blocks = self._export_ready()
         n, bt = len(self.seq.prompt_ids), self.seq.kv.block_tokens
-        keys = handle_block_keys(self.keys, self.lease_id, n, bt)
+        keys = handle_block_keys(self.keys, self.lease.lease_id, n, bt)
         if len(keys) > len(self.keys):  # the partial tail
             blocks.append(BlockData(keys[-1], n % bt, self.seq.kv.export_block(len(self.keys))))
         self._put(blocks)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
@@ -20,7 +19,8 @@ from pdserve.engine.kv_blocks import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
 from pdserve.engine.sequence import Sequence
-from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVIntegrityError, KVStoreClient
+from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
+from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_LEASE_TTL_S
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
@@ -91,44 +91,42 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens)
         # the router sends one lease id per request; a direct caller gets one per call, so a reused request id
         # never shares KV state (lease, tail block) with another request
-        lease_id = lease_id or f"{request_id}:{uuid.uuid4().hex[:16]}"
+        lease = KVLease(self.kv, lease_id, ttl) if lease_id else KVLease.new(self.kv, ttl, scope=request_id)
         job: Job | None = None
         uploader: BlockUploader | None = None
         try:
-            io_start = time.perf_counter()
-            stored_prefix, reused = await self._reuse_prefix(seq, keys, lease_id, ttl)
-            io_s = time.perf_counter() - io_start
-            uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease_id, ttl, self.put_turns)
-            job = self.worker.submit(seq)
-            job.on_prefill_chunk = uploader.chunk_done  # blocks move while later chunks compute
-            event = await job.events.get()
-            if isinstance(event, BaseException):
-                raise event
-            token_ids, first = event
-            io_start = time.perf_counter()
-            handle = self._handle(await uploader.finish(), len(ids), lease_id, ttl)
-            io_s += time.perf_counter() - io_start
+            async with lease:  # released if anything below fails; handed over to decode with the reply
+                io_start = time.perf_counter()
+                stored_prefix, reused = await self._reuse_prefix(seq, keys, lease)
+                io_s = time.perf_counter() - io_start
+                uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease, self.put_turns)
+                job = self.worker.submit(seq)
+                job.on_prefill_chunk = uploader.chunk_done  # blocks move while later chunks compute
+                event = await job.events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                token_ids, first = event
+                io_start = time.perf_counter()
+                handle = self._handle(await uploader.finish(), len(ids), lease)
+                io_s += time.perf_counter() - io_start
+                lease.hand_over()
         except asyncio.CancelledError:
             if job is not None:
                 self.worker.cancel(job)
             self._give_up(uploader)
-            asyncio.ensure_future(self.kv.release_quietly(lease_id))
             REQUESTS.labels("cancelled").inc()
             raise
         except KVIntegrityError as exc:
             self._give_up(uploader)
-            await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
         except grpc.aio.AioRpcError as exc:
             self._give_up(uploader)
-            await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             code = exc.code() if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.UNAVAILABLE
             await abort_code(context, code, f"kvstore: {exc.details()}")
         except Exception as exc:  # the model step failed
             self._give_up(uploader)
-            await self.kv.release_quietly(lease_id)
             REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {exc}")
         cached = reused * self.runtime.block_tokens
@@ -143,14 +141,14 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             compute_wall_s=job.compute_wall_s, kv_store_wall_s=io_s, modeled_s=job.prefill_modeled_s,
             queue_modeled_s=job.queue_modeled_s)
 
-    async def _reuse_prefix(self, seq: Sequence, keys: list[str], lease_id: str, ttl: float) -> tuple[int, int]:
+    async def _reuse_prefix(self, seq: Sequence, keys: list[str], lease: KVLease) -> tuple[int, int]:
         """Lease what the kvstore already holds and load the reusable leading blocks into ``seq``'s cache.
 
         Returns (blocks present in the kvstore, blocks reused). At least one prompt token is always computed, since
         the first output token needs its logits.
         """
         bt = self.runtime.block_tokens
-        stored = await self.kv.acquire(keys, lease_id, ttl) if keys else 0
+        stored = await lease.acquire(keys)
         reusable = (len(seq.prompt_ids) - 1) // bt
         local = self.cache.leading_hits(keys[:reusable])
         reuse = min(max(local, stored), reusable)
@@ -168,9 +166,9 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         if uploader is not None:
             uploader.cancel()
 
-    def _handle(self, keys: list[str], token_count: int, lease_id: str, ttl: float) -> common_pb2.KVHandle:
+    def _handle(self, keys: list[str], token_count: int, lease: KVLease) -> common_pb2.KVHandle:
         return common_pb2.KVHandle(block_keys=keys, token_count=token_count, block_tokens=self.runtime.block_tokens,
-                                   lease_id=lease_id, lease_ttl_s=ttl, model_fingerprint=self.fingerprint)
+                                   lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s, model_fingerprint=self.fingerprint)
 
 
 def build_parser():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from pdserve.kvstore.lease import KVLease
 from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2
 
 
@@ -42,7 +43,7 @@ class RequestState:
     prefill_queue_s: float = 0.0  # the part of queue_s before the first token
     kv_store_s: float = 0.0
     kv_fetch_s: float = 0.0
-    lease_id: str = ""  # prefill's lease, until a decode worker has taken the KV (it releases it then)
+    lease: KVLease | None = None  # the router's hold on the sample's KV, until a decode worker has taken it
     finish_reason: str = ""  # set once the sample's last chunk went out
     # modeled clock, as reported by the workers
     queue_modeled_s: float = 0.0
@@ -52,7 +53,6 @@ class RequestState:
     decode_modeled_s: float = 0.0
 
     def took_prefill(self, reply: prefill_pb2.PrefillReply) -> None:
-        self.lease_id = reply.kv.lease_id
         self.cached_tokens = reply.cached_tokens
         self.queue_s = self.prefill_queue_s = reply.queue_wall_s
         self.kv_store_s = reply.kv_store_wall_s
@@ -60,7 +60,8 @@ class RequestState:
         self.prefill_modeled_s = reply.modeled_s
 
     def took_decode_chunk(self, chunk: decode_pb2.DecodeChunk) -> None:
-        self.lease_id = ""  # the decode worker fetched the KV and released the lease itself
+        if self.lease is not None:  # the decode worker fetched the KV and releases the lease itself
+            self.lease.hand_over()
         self.kv_fetch_s += chunk.kv_fetch_wall_s
         self.queue_s += chunk.queue_wall_s
         self.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s

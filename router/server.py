@@ -9,7 +9,8 @@ from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
 from pdserve.engine.runtime import model_metadata
-from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
+from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
+from pdserve.kvstore.client import KVStoreClient
 from pdserve.v1 import router_pb2, router_pb2_grpc
 from pdserve.router.metrics import init_labels
 from pdserve.router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token

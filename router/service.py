@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -17,7 +18,8 @@ from pdserve.common.validation import check_request_id
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.tokenizer import GGUFTokenizer
-from pdserve.kvstore.client import DEFAULT_LEASE_TTL_S, KVStoreClient
+from pdserve.kvstore.client import KVStoreClient
+from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
@@ -132,9 +134,6 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             INFLIGHT.dec()
             if outcome:
                 record_unfinished(self.config.model_name, outcome)
-            for lease in {s.lease_id for s in samples if s.lease_id}:  # e.g. cancelled between prefill and decode
-                if self.kv is not None:
-                    asyncio.ensure_future(self.kv.release_quietly(lease))
 
     async def Complete(self, request, context):
         choices: dict[int, router_pb2.Choice] = {}
@@ -181,60 +180,64 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 yield chunk
             return
         keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens)
-        lease_id = samples[0].lease_id = uuid.uuid4().hex  # released if the request ends before decode took the KV
-        prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
-                                                     lease_ttl_s=self.config.lease_ttl_s, lease_id=lease_id)
-        prefetched_on, prefetch = self._prefetch(request_id, ids, keys, lease_id, context, track) if n == 1 else ("", None)
-        try:
-            reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
-                                               self.config.prefill_retries, context.time_remaining(), track)
-            firsts = [reply.first, *reply.forks]
-            for state in samples:
-                state.took_prefill(reply)
-            for i in range(1, n):  # sample 0 decodes under prefill's lease, the others under their own
-                samples[i].lease_id = "" if firsts[i].finish_reason else f"{lease_id}#{i}"  # released at the end
-                if samples[i].lease_id:
-                    await self._lease_copy(reply.kv, samples[i].lease_id)
-            for i, first in enumerate(firsts):
-                yield self._chunk(samples, i, first)
-            requests = {}
-            for i, first in enumerate(firsts):
-                if not first.finish_reason:
-                    handle = common_pb2.KVHandle()
-                    handle.CopyFrom(reply.kv)
-                    handle.lease_id = samples[i].lease_id
-                    requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
-                                                           first_token=first.token_ids[0],
-                                                           sampling=sample_sampling(sampling, i, n))
-            async for chunk in self._relay_all(samples, requests, context, track, prefetched_on):
-                yield chunk
-        finally:
-            if prefetch is not None:
-                prefetch.cancel()  # no-op once done; else the worker drops a copy nobody will take
+        # the router names the request's lease and holds it (and a copy per extra sample) until the request ends,
+        # e.g. cancelled between prefill and decode; prefill stores under it, decode releases it once it has the KV
+        async with contextlib.AsyncExitStack() as leases:
+            lease = await leases.enter_async_context(KVLease.new(self.kv, self.config.lease_ttl_s))
+            prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
+                                                         lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id)
+            prefetched_on, prefetch = (self._prefetch(request_id, ids, keys, lease, context, track) if n == 1
+                                       else ("", None))
+            try:
+                reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
+                                                   self.config.prefill_retries, context.time_remaining(), track)
+                firsts = [reply.first, *reply.forks]
+                for state in samples:
+                    state.took_prefill(reply)
+                samples[0].lease = lease  # sample 0 decodes under prefill's lease, the others under copies
+                for i in range(1, n):
+                    if not firsts[i].finish_reason:
+                        samples[i].lease = await leases.enter_async_context(await self._lease_copy(lease, reply.kv, i))
+                for i, first in enumerate(firsts):
+                    yield self._chunk(samples, i, first)
+                requests = {}
+                for i, first in enumerate(firsts):
+                    if not first.finish_reason:
+                        handle = common_pb2.KVHandle()
+                        handle.CopyFrom(reply.kv)
+                        handle.lease_id = samples[i].lease.lease_id
+                        requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
+                                                               first_token=first.token_ids[0],
+                                                               sampling=sample_sampling(sampling, i, n))
+                async for chunk in self._relay_all(samples, requests, context, track, prefetched_on):
+                    yield chunk
+            finally:
+                if prefetch is not None:
+                    prefetch.cancel()  # no-op once done; else the worker drops a copy nobody will take
 
-    def _prefetch(self, request_id: str, ids: list[int], keys: list[str], lease_id: str, context,
+    def _prefetch(self, request_id: str, ids: list[int], keys: list[str], lease: KVLease, context,
                   track) -> tuple[str, grpc.aio.Call | None]:
         """Start a decode worker importing the KV prefill is about to store (block by block, as each chunk of the
         prompt is computed), so that little of the hand-off is left when prefill returns; returns that worker."""
         if not self.config.decode_prefetch:
             return "", None
-        handle_keys = handle_block_keys(keys, lease_id, len(ids), self.config.block_tokens)  # as prefill names them
+        handle_keys = handle_block_keys(keys, lease.lease_id, len(ids), self.config.block_tokens)  # as prefill names them
         remaining = context.time_remaining()
         handle = common_pb2.KVHandle(block_keys=handle_keys, token_count=len(ids), block_tokens=self.config.block_tokens,
-                                     lease_id=lease_id, lease_ttl_s=self.config.lease_ttl_s,
+                                     lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s,
                                      model_fingerprint=self.config.fingerprint,
                                      wait_s=min(MAX_WAIT_S, remaining if remaining is not None else MAX_WAIT_S))
         return start_prefetch(self.decode, decode_pb2.PrefetchRequest(request_id=request_id, kv=handle), remaining,
                               track)
 
-    async def _lease_copy(self, handle: common_pb2.KVHandle, lease_id: str) -> None:
-        """Another lease on a prefilled request's blocks, for a second sample's decode to take (and release)."""
+    async def _lease_copy(self, lease: KVLease, handle: common_pb2.KVHandle, sample: int) -> KVLease:
+        """Another lease on a prefilled request's blocks, for sample ``sample``'s decode to take (and release)."""
         if self.kv is None:
             raise UpstreamError(grpc.StatusCode.FAILED_PRECONDITION, "sampling.n: n > 1 needs the router's --kvstore")
-        held = await self.kv.acquire(list(handle.block_keys), lease_id, self.config.lease_ttl_s)
-        if held < len(handle.block_keys):
-            await self.kv.release_quietly(lease_id)
+        copy = await lease.copy(list(handle.block_keys), f"{lease.lease_id}#{sample}")
+        if copy is None:
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "kvstore: the prefilled blocks are gone before decode")
+        return copy
 
     async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context,
                          track, prefer: str = ""):

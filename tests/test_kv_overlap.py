@@ -10,6 +10,7 @@ from pdserve.client.client import AsyncPdserveClient
 from pdserve.engine.kv_blocks import block_keys
 from pdserve.engine.params import SamplingParams
 from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.lease import KVLease
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
@@ -36,7 +37,7 @@ def test_uploader_stores_each_chunks_blocks_as_it_completes(tiny_runtime):
     kv = RecordingKV()
 
     async def scenario():
-        uploader = BlockUploader(kv, LocalPrefixCache(1 << 24), seq, keys, 1, "lease", 30.0)  # block 0 is stored
+        uploader = BlockUploader(kv, LocalPrefixCache(1 << 24), seq, keys, 1, KVLease(kv, "lease", 30.0))  # block 0 is stored
         for n in (20, 20, 30):  # chunks ending at 20, 40 and 70 tokens
             tiny_runtime.prefill([(seq, n)])
             uploader.chunk_done()
@@ -77,8 +78,9 @@ def test_a_workers_uploaders_store_one_request_at_a_time_in_order(tiny_runtime):
     tiny_runtime.prefill([(s, len(s.prompt_ids)) for s in seqs])
 
     async def scenario():
-        uploaders = [BlockUploader(kv, LocalPrefixCache(1 << 24), s, block_keys(s.prompt_ids, tiny_runtime.config.fingerprint,
-                                   tiny_runtime.block_tokens), 0, f"lease-{i}", 30.0, turns) for i, s in enumerate(seqs)]
+        uploaders = [BlockUploader(kv, LocalPrefixCache(1 << 24), s,
+                                   block_keys(s.prompt_ids, tiny_runtime.config.fingerprint, tiny_runtime.block_tokens),
+                                   0, KVLease(kv, f"lease-{i}", 30.0), turns) for i, s in enumerate(seqs)]
         await asyncio.gather(*(u.finish() for u in uploaders))
 
     asyncio.run(scenario())

@@ -1,0 +1,145 @@
+"""A decode worker's KV imports: one registry for the two ways a request's KV arrives.
+
+The router may ask for a request's KV while prefill still computes it (``Decode.Prefetch``): :meth:`KVImports.start`
+begins importing the blocks as prefill stores them. The ``Decode`` call that follows :meth:`KVImports.take`\\ s that
+import when it has one for the same handle (fetching what it has not brought yet), or imports the KV itself. Either
+way the lease is kept renewed while blocks arrive and released once the worker has its copy. An import nobody takes
+(the Decode call went to another worker) is dropped when its lease would have expired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from pdserve.decode_server.metrics import KV_FETCH, PREFETCH_OUTCOMES, PREFETCHES
+from pdserve.engine.kv_cache import SequenceKV
+from pdserve.engine.sequence import Sequence
+from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
+from pdserve.kvstore.lease import KVLease
+from pdserve.worker.clock import StepClock
+
+KV_ERRORS = (KVIntegrityError, ValueError, grpc.aio.AioRpcError)  # a fetch that failed: the KV is not (all) here
+DEFAULT_MAX_PREFETCHES = 16
+
+
+class ImportExists(Exception):
+    """An import for this request id is already running."""
+
+
+class ImportsFull(Exception):
+    """As many imports are held as the worker allows (``--max-prefetches``)."""
+
+
+def kv_error_detail(exc: Exception) -> str:
+    return exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+
+
+@dataclass
+class KVImport:
+    """A request's KV being imported ahead of its Decode call."""
+
+    handle: object  # the KVHandle it fetches
+    kv: SequenceKV
+    task: asyncio.Task  # (wall seconds, modeled transfer seconds) of the import
+    expiry: asyncio.TimerHandle | None = None
+    taken: bool = False
+
+
+class KVImports:
+    def __init__(self, kv: KVStoreClient, clock: StepClock, new_kv: Callable[[int], SequenceKV], link: str = "nvlink",
+                 max_pending: int = DEFAULT_MAX_PREFETCHES) -> None:
+        """``new_kv(tokens)``: an empty cache for a prompt of that many tokens."""
+        self.kv = kv
+        self.clock = clock
+        self.new_kv = new_kv
+        self.link = link
+        self.max_pending = max_pending
+        self.pending: dict[str, KVImport] = {}
+        for outcome in PREFETCH_OUTCOMES:
+            PREFETCHES.labels(outcome)
+
+    # --- Prefetch ---------------------------------------------------------------------------------------------------
+    def start(self, request_id: str, handle) -> KVImport:
+        """Begin importing a request's KV ahead of its Decode call; the copy waits for that call until the lease
+        would have expired."""
+        if request_id in self.pending:
+            raise ImportExists(f"request_id: {request_id} is being prefetched")
+        if len(self.pending) >= self.max_pending:
+            raise ImportsFull(f"decode: {self.max_pending} prefetches in flight (--max-prefetches)")
+        kv = self.new_kv(handle.token_count + 1)
+        imp = KVImport(handle, kv, asyncio.ensure_future(self._import(kv, handle)))
+        self.pending[request_id] = imp
+        imp.expiry = asyncio.get_running_loop().call_later(max(handle.lease_ttl_s, 1.0), self.drop, request_id, imp)
+        return imp
+
+    def drop(self, request_id: str, imp: KVImport, failed: bool = False) -> None:
+        """Forget an import nobody took (its memory goes with it); one a Decode call took stays with that call."""
+        if imp.taken or self.pending.get(request_id) is not imp:
+            return
+        del self.pending[request_id]
+        imp.task.cancel()
+        imp.expiry.cancel()
+        PREFETCHES.labels("failed" if failed else "dropped").inc()
+
+    # --- Decode -----------------------------------------------------------------------------------------------------
+    async def take(self, seq: Sequence, handle) -> tuple[float, float]:
+        """The request's KV into ``seq``: the prefetched copy of the same handle (what it has not brought yet is
+        fetched now), or imported now. Returns the wall seconds this call spent on it and the modeled transfer
+        seconds. The lease is released at the end, also when the fetch fails (KV_ERRORS)."""
+        async with KVLease(self.kv, handle.lease_id, handle.lease_ttl_s):  # we have our copy: evictable after
+            imp = self.pending.get(seq.request_id)
+            if imp is None or not _same_handle(imp.handle, handle):
+                return await self._import(seq.kv, handle)
+            return await self._adopt(seq, imp, handle)
+
+    async def _adopt(self, seq: Sequence, imp: KVImport, handle) -> tuple[float, float]:
+        """Take a prefetched copy. Prefill has returned, so every block is stored: an import still running is either
+        receiving the last blocks or waiting for some that were lost (a kvstore restarted empty). It is stopped, and
+        the blocks it has not imported are fetched here without waiting, as a Decode call without a prefetch would;
+        a failed import is finished the same way."""
+        start = time.perf_counter()
+        del self.pending[seq.request_id]
+        imp.taken = True
+        imp.expiry.cancel()
+        seq.kv = imp.kv
+        if not imp.task.done() and seq.kv.length < handle.token_count:  # (with every block here, it only paces)
+            imp.task.cancel()
+        await asyncio.wait({imp.task})
+        whole = not imp.task.cancelled() and imp.task.exception() is None
+        PREFETCHES.labels("adopted" if whole else "partial").inc()
+        if whole:
+            return time.perf_counter() - start, imp.task.result()[1]
+        imported = seq.kv.length // seq.kv.block_tokens  # blocks arrive whole and in order
+        rest = type(handle)()
+        rest.CopyFrom(handle)
+        del rest.block_keys[:]
+        rest.block_keys.extend(handle.block_keys[imported:])
+        _, modeled = await self._import(seq.kv, rest)
+        return time.perf_counter() - start, modeled
+
+    # --- the import itself ------------------------------------------------------------------------------------------
+    async def _import(self, kv: SequenceKV, handle) -> tuple[float, float]:
+        """Import the handle's blocks into ``kv``; returns (wall seconds, modeled transfer seconds)."""
+        start = time.perf_counter()
+        async with KVLease(self.kv, handle.lease_id, handle.lease_ttl_s).keep():  # no expiry during a slow fetch
+            # each block is imported as it arrives, while the rest is on the wire; with wait_s, blocks prefill is
+            # still storing stream in as they are stored
+            if handle.block_keys:  # (none left when a prefetch brought them all)
+                await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
+                                  on_block=lambda block: kv.append_block(block.data, block.token_count))
+            if kv.length != handle.token_count:
+                raise KVIntegrityError(f"blocks hold {kv.length} tokens, the handle says {handle.token_count}")
+            modeled = await self.clock.pace_transfer(handle.token_count, self.link, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        KV_FETCH.observe(elapsed)
+        return elapsed, modeled
+
+
+def _same_handle(a, b) -> bool:
+    return (list(a.block_keys) == list(b.block_keys) and a.lease_id == b.lease_id and a.token_count == b.token_count
+            and a.model_fingerprint == b.model_fingerprint)

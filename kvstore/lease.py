@@ -1,0 +1,105 @@
+"""A lease on KV blocks in the kvstore, and who holds it.
+
+Prefill stores a prompt's blocks under a lease so that they are not evicted before decode has its copy; the lease
+expires if nobody comes. Every holder goes through :class:`KVLease`, one ``async with`` each:
+
+- the router names the lease for a request (:meth:`KVLease.new`) and holds it, and a copy per extra sample
+  (:meth:`copy`), until the request ends;
+- prefill acquires the prompt's stored prefix and stores new blocks under it; on failure leaving the block releases it,
+  on success prefill :meth:`hand_over`\\ s it to decode through the KV handle;
+- decode :meth:`keep`\\ s it renewed while it fetches, and releases it once it has its copy.
+
+Leaving the ``async with`` releases the lease unless it was handed over. A release is idempotent and never fails
+the caller (a lease left behind simply expires); one made while the holder is being cancelled runs in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+import grpc
+
+from pdserve.kvstore.client import KVStoreClient
+
+log = logging.getLogger("pdserve.kvstore.lease")
+
+DEFAULT_LEASE_TTL_S = 30.0  # how long prefilled KV waits, leased, for a decode worker
+_background: set[asyncio.Task] = set()  # releases started while their holder was cancelled
+
+
+class KVLease:
+    def __init__(self, kv: KVStoreClient | None, lease_id: str, ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
+        """``kv`` None: a holder without a kvstore client (e.g. a router in front of colocated workers); nothing to
+        acquire or release."""
+        self.kv = kv
+        self.lease_id = lease_id
+        self.ttl_s = ttl_s
+        self.handed_over = False
+
+    @classmethod
+    def new(cls, kv: KVStoreClient | None, ttl_s: float = DEFAULT_LEASE_TTL_S, scope: str = "") -> KVLease:
+        """A lease under a fresh id (``scope:`` first when given, e.g. the request id, for the logs)."""
+        return cls(kv, f"{scope}:{uuid.uuid4().hex[:16]}" if scope else uuid.uuid4().hex, ttl_s)
+
+    async def acquire(self, keys: list[str]) -> int:
+        """Lease the leading ``keys`` the kvstore holds; returns how many."""
+        return await self.kv.acquire(keys, self.lease_id, self.ttl_s) if keys else 0
+
+    async def copy(self, keys: list[str], lease_id: str) -> KVLease | None:
+        """A second lease on every one of ``keys`` (for another holder), or None (and nothing held) if some are gone."""
+        other = KVLease(self.kv, lease_id, self.ttl_s)
+        if await other.acquire(keys) < len(keys):
+            await other.release()
+            return None
+        return other
+
+    @contextlib.asynccontextmanager
+    async def keep(self) -> AsyncIterator[None]:
+        """Renew the lease every third of its TTL while the body runs (a slow fetch, a long wait)."""
+        if self.kv is None or not self.lease_id or self.ttl_s <= 0:
+            yield
+            return
+
+        async def renew_forever() -> None:
+            while True:
+                await asyncio.sleep(self.ttl_s / 3)
+                try:
+                    await self.kv.renew(self.lease_id, self.ttl_s, timeout=self.ttl_s / 3)
+                except grpc.aio.AioRpcError as exc:
+                    log.warning("lease %s not renewed: %s", self.lease_id, exc.details())
+
+        task = asyncio.create_task(renew_forever())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    def hand_over(self) -> None:
+        """The lease goes on to another holder (decode, through the KV handle): leaving the block keeps it."""
+        self.handed_over = True
+
+    async def release(self) -> None:
+        """Give the lease up: its blocks may be evicted now. Failing to is logged, not raised: it expires."""
+        if self.kv is None or not self.lease_id:
+            return
+        try:
+            await self.kv.release(self.lease_id, timeout=5.0)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("lease %s not released: %s (it will expire)", self.lease_id, exc.details())
+
+    async def __aenter__(self) -> KVLease:
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if self.handed_over:
+            return
+        if exc_type is not None and issubclass(exc_type, (asyncio.CancelledError, GeneratorExit)):
+            task = asyncio.ensure_future(self.release())  # the holder is going away: release without waiting
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+        else:
+            await self.release()
