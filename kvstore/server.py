@@ -9,9 +9,8 @@ import math
 import os
 
 import grpc
-from prometheus_client import Counter, Gauge, Histogram
 
-from pdserve.common.metrics import RPC_BUCKETS, set_process_info
+from pdserve.common.metrics import set_process_info
 
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.status import abort_code, abort_exhausted
@@ -24,6 +23,7 @@ from pdserve.kvstore.store import (DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, MAX_WAI
                                    ChecksumMismatch, StoreFull, UnknownBlock, block_views)
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.kvstore import metrics
 
 log = logging.getLogger("pdserve.kvstore")
 
@@ -31,22 +31,7 @@ MAX_KEY_CHARS = 256
 MAX_KEYS_PER_CALL = 65536
 
 OPS = ("put", "get", "lookup", "acquire", "renew", "release")
-BYTES_USED = Gauge("pdserve_kvstore_used_bytes", "Bytes of KV blocks held")
-CAPACITY = Gauge("pdserve_kvstore_capacity_bytes", "Byte budget of this kvstore")
-BLOCKS = Gauge("pdserve_kvstore_blocks", "Blocks held")
-LEASED = Gauge("pdserve_kvstore_leased_blocks", "Blocks held by at least one lease")
-LEASES = Gauge("pdserve_kvstore_leases", "Live leases (one per request whose KV waits for decode)")
-HITS = Counter("pdserve_kvstore_hits_total", "Blocks asked for and found (lookup/acquire: the present prefix)", ["op"])
-MISSES = Counter("pdserve_kvstore_misses_total", "Blocks asked for and not found (lookup/acquire: past the prefix)",
-                 ["op"])
-OP_SECONDS = Histogram("pdserve_kvstore_operation_seconds", "Time of one kvstore operation, streaming included",
-                       ["op"], buckets=RPC_BUCKETS)
-EVICTIONS = Counter("pdserve_kvstore_evictions_total", "Blocks evicted (least recently used, unleased)")
-CHECKSUM_FAILURES = Counter("pdserve_kvstore_checksum_failures_total", "Blocks whose bytes failed their checksum")
-PUT_BYTES = Counter("pdserve_kvstore_put_bytes_total", "Bytes received in Put")
-GET_BYTES = Counter("pdserve_kvstore_get_bytes_total", "Bytes served by Get")
-WAITING_GETS = Gauge("pdserve_kvstore_waiting_gets", "Gets waiting for blocks their writer has not stored yet")
-SHM_BYTES = Counter("pdserve_kvstore_shm_bytes_total", "Block bytes moved through shared memory (Put and Get)")
+
 
 
 class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
@@ -56,20 +41,20 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         self._changed = asyncio.Event()  # replaced each time it is set (see _notify)
         self.shm_bytes = 0
         self._evictions_counted = 0
-        CAPACITY.set(store.capacity_bytes)
+        metrics.CAPACITY.set(store.capacity_bytes)
         for op in OPS:
-            OP_SECONDS.labels(op)
+            metrics.OP_SECONDS.labels(op)
         for op in ("get", "lookup", "acquire"):
-            HITS.labels(op)
-            MISSES.labels(op)
+            metrics.HITS.labels(op)
+            metrics.MISSES.labels(op)
 
     def _update_gauges(self) -> None:
-        EVICTIONS.inc(self.store.evictions - self._evictions_counted)
+        metrics.EVICTIONS.inc(self.store.evictions - self._evictions_counted)
         self._evictions_counted = self.store.evictions
-        BYTES_USED.set(self.store.bytes_used)
-        BLOCKS.set(len(self.store.blocks))
-        LEASED.set(self.store.leased_blocks)
-        LEASES.set(len(self.store.leases))
+        metrics.BYTES_USED.set(self.store.bytes_used)
+        metrics.BLOCKS.set(len(self.store.blocks))
+        metrics.LEASED.set(self.store.leased_blocks)
+        metrics.LEASES.set(len(self.store.leases))
 
     @staticmethod
     async def _check_keys(keys, context) -> list[str]:
@@ -91,11 +76,11 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 
     @staticmethod
     def _count_lookup(op: str, asked: int, found: int) -> None:
-        HITS.labels(op).inc(found)
-        MISSES.labels(op).inc(asked - found)
+        metrics.HITS.labels(op).inc(found)
+        metrics.MISSES.labels(op).inc(asked - found)
 
     async def Put(self, request_iterator, context):
-        with OP_SECONDS.labels("put").time():
+        with metrics.OP_SECONDS.labels("put").time():
             return await self._put(request_iterator, context)
 
     async def _put(self, request_iterator, context):
@@ -110,13 +95,13 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
             try:
                 new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32)
             except ChecksumMismatch as exc:
-                CHECKSUM_FAILURES.inc()
+                metrics.CHECKSUM_FAILURES.inc()
                 await context.abort(grpc.StatusCode.DATA_LOSS, f"data: {exc}")
             except StoreFull as exc:
                 await abort_exhausted(context, str(exc))
             stored += new
             duplicates += not new
-            PUT_BYTES.inc(h.nbytes)
+            metrics.PUT_BYTES.inc(h.nbytes)
             self._notify()
 
         async def finish_block() -> None:
@@ -189,7 +174,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 
     def _count_shm(self, nbytes: int) -> None:
         self.shm_bytes += nbytes
-        SHM_BYTES.inc(nbytes)
+        metrics.SHM_BYTES.inc(nbytes)
 
     def _notify(self) -> None:
         """Wake the Gets waiting for blocks: something was stored or a lease given up."""
@@ -197,7 +182,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         self._changed = asyncio.Event()
 
     async def Get(self, request, context):
-        with OP_SECONDS.labels("get").time():
+        with metrics.OP_SECONDS.labels("get").time():
             async for message in self._get(request, context):
                 yield message
 
@@ -206,13 +191,13 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         try:
             block = self.store.get(key)
         except UnknownBlock:
-            MISSES.labels("get").inc()
+            metrics.MISSES.labels("get").inc()
             await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} is not stored")
         except ChecksumMismatch as exc:
-            CHECKSUM_FAILURES.inc()
+            metrics.CHECKSUM_FAILURES.inc()
             self._update_gauges()
             await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
-        HITS.labels("get").inc()
+        metrics.HITS.labels("get").inc()
         return block
 
     async def _wait_block(self, key: str, deadline: float, lease_id: str, context) -> Block:
@@ -221,19 +206,19 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         loop = asyncio.get_running_loop()
         while key not in self.store.blocks:
             if lease_id and lease_id in self.store.released:
-                MISSES.labels("get").inc()
+                metrics.MISSES.labels("get").inc()
                 await context.abort(grpc.StatusCode.ABORTED,
                                     f"keys: block {key} will not come: its writer released lease {lease_id}")
             remaining = deadline - loop.time()
             if remaining <= 0:
-                MISSES.labels("get").inc()
+                metrics.MISSES.labels("get").inc()
                 await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} was not stored within wait_s")
-            WAITING_GETS.inc()
+            metrics.WAITING_GETS.inc()
             try:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), remaining)
             finally:
-                WAITING_GETS.dec()
+                metrics.WAITING_GETS.dec()
         return await self._block(key, context)
 
     async def _get(self, request, context):
@@ -261,13 +246,13 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                     header.shm_offset, offset = offset, offset + n
                     self._count_shm(n)
                     yield kvstore_pb2.GetChunk(header=header)
-                GET_BYTES.inc(n)
+                metrics.GET_BYTES.inc(n)
         finally:
             if shm_fd is not None:
                 os.close(shm_fd)
 
     async def Lookup(self, request, context):
-        with OP_SECONDS.labels("lookup").time():
+        with metrics.OP_SECONDS.labels("lookup").time():
             keys = await self._check_keys(request.keys, context)
             n = self.store.present_prefix(keys)
             self._count_lookup("lookup", len(keys), n)
@@ -278,7 +263,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         if not request.lease_id:
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
         ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        with OP_SECONDS.labels("acquire").time():
+        with metrics.OP_SECONDS.labels("acquire").time():
             n = self.store.acquire(keys, request.lease_id, ttl)
         self._count_lookup("acquire", len(keys), n)
         self._update_gauges()
@@ -286,11 +271,11 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 
     async def Renew(self, request, context):
         ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        with OP_SECONDS.labels("renew").time():
+        with metrics.OP_SECONDS.labels("renew").time():
             return kvstore_pb2.LeaseReply(blocks=self.store.renew(request.lease_id, ttl))
 
     async def Release(self, request, context):
-        with OP_SECONDS.labels("release").time():
+        with metrics.OP_SECONDS.labels("release").time():
             n = self.store.release(request.lease_id)
         self._update_gauges()
         self._notify()  # a Get waiting on this lease's blocks gives up now

@@ -18,26 +18,21 @@ from typing import Any
 import grpc
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from pdserve.client.client import AsyncPdserveClient
-from pdserve.common.metrics import WALL_REQUEST_BUCKETS
 from pdserve.openai_server.errors import ApiError, error_response, from_grpc
 from pdserve.openai_server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, SamplingFields,
                                             TokenizeRequest, chat_messages, parse)
 from pdserve.openai_server.responses import Shaper
+from pdserve.openai_server.metrics import HTTP_REQUESTS, HTTP_SECONDS, HTTP_INFLIGHT, DISCONNECTS
 
 log = logging.getLogger("pdserve.openai")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # under the router's gRPC message limit (common.server.MAX_MESSAGE_BYTES)
 ROUTES = ("/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/health", "/metrics")
-HTTP_REQUESTS = Counter("pdserve_http_requests_total", "HTTP requests answered, by route and status",
-                        ["route", "status"])
-HTTP_SECONDS = Histogram("pdserve_http_request_seconds", "Wall time of an HTTP request, streaming included",
-                         ["route"], buckets=WALL_REQUEST_BUCKETS)
-HTTP_INFLIGHT = Gauge("pdserve_http_requests_inflight", "HTTP requests being answered")
-DISCONNECTS = Counter("pdserve_http_client_disconnects_total", "Requests whose client went away before the end")
+
 
 
 class ClientGone(Exception):

@@ -7,10 +7,8 @@ import logging
 import time
 
 import grpc
-from prometheus_client import Counter, Gauge, Histogram
 
 from pdserve.common.convert import token_step
-from pdserve.common.metrics import RPC_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_REQUEST_BUCKETS
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
 from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
@@ -25,21 +23,11 @@ from pdserve.kvstore.store import MAX_LEASE_TTL_S
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
+from pdserve.prefill_server import metrics
 
 log = logging.getLogger("pdserve.prefill")
 
-REQUESTS = Counter("pdserve_prefill_requests_total", "Prefill requests finished", ["outcome"])
-PROMPT_TOKENS = Counter("pdserve_prefill_prompt_tokens_total", "Prompt tokens received")
-# vLLM's prefix-cache pair, in tokens: hit rate = rate(hits) / rate(queries)
-CACHE_QUERIES = Counter("pdserve_prefill_prefix_cache_queries_total", "Prompt tokens looked up in the prefix caches")
-CACHE_HITS = Counter("pdserve_prefill_prefix_cache_hits_total", "Prompt tokens whose KV was reused (local or kvstore)")
-QUEUE_SECONDS = Histogram("pdserve_prefill_queue_seconds", "Wall time from arrival to the first prefill step",
-                          buckets=WALL_REQUEST_BUCKETS)
-KV_SECONDS = Histogram("pdserve_prefill_kv_io_seconds", "Wall time fetching and storing KV blocks per request",
-                       buckets=RPC_BUCKETS)
-PROMPT_LEN = Histogram("pdserve_prefill_request_prompt_tokens", "Prompt length per request", buckets=TOKEN_COUNT_BUCKETS)
-WAITING = Gauge("pdserve_prefill_num_requests_waiting", "Prompts waiting for (or in) prefill")
-WAITING_TOKENS = Gauge("pdserve_prefill_num_tokens_waiting", "Prompt tokens still to compute")
+
 
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
@@ -51,9 +39,9 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         self.cache = local_cache
         self.fingerprint = self.runtime.config.fingerprint
         for outcome in ("ok", "rejected", "cancelled", "error"):
-            REQUESTS.labels(outcome)
-        WAITING.set_function(lambda: len(worker.scheduler.waiting))
-        WAITING_TOKENS.set_function(lambda: worker.scheduler.pending_tokens)
+            metrics.REQUESTS.labels(outcome)
+        metrics.WAITING.set_function(lambda: len(worker.scheduler.waiting))
+        metrics.WAITING_TOKENS.set_function(lambda: worker.scheduler.pending_tokens)
 
     async def GetLoad(self, request, context):
         return self.worker.load()
@@ -78,15 +66,15 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             with self.worker.admission():
                 return await self._prefill(request.request_id, ids, params, ttl, request.lease_id, context)
         except WorkerFull as exc:
-            REQUESTS.labels("rejected").inc()
+            metrics.REQUESTS.labels("rejected").inc()
             await abort_exhausted(context, f"prefill {exc}")
         except WorkerDraining as exc:
-            REQUESTS.labels("rejected").inc()
+            metrics.REQUESTS.labels("rejected").inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"prefill {exc}")
 
     async def _prefill(self, request_id: str, ids: list[int], params, ttl: float, lease_id: str, context):
-        PROMPT_TOKENS.inc(len(ids))
-        PROMPT_LEN.observe(len(ids))
+        metrics.PROMPT_TOKENS.inc(len(ids))
+        metrics.PROMPT_LEN.observe(len(ids))
         seq = self.runtime.new_sequence(ids, params, request_id)
         keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens)
         # the router sends one lease id per request; a direct caller gets one per call, so a reused request id
@@ -114,27 +102,27 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             if job is not None:
                 self.worker.cancel(job)
             self._give_up(uploader)
-            REQUESTS.labels("cancelled").inc()
+            metrics.REQUESTS.labels("cancelled").inc()
             raise
         except KVIntegrityError as exc:
             self._give_up(uploader)
-            REQUESTS.labels("error").inc()
+            metrics.REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.DATA_LOSS, f"kv: {exc}")
         except grpc.aio.AioRpcError as exc:
             self._give_up(uploader)
-            REQUESTS.labels("error").inc()
+            metrics.REQUESTS.labels("error").inc()
             code = exc.code() if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.UNAVAILABLE
             await abort_code(context, code, f"kvstore: {exc.details()}")
         except Exception as exc:  # the model step failed
             self._give_up(uploader)
-            REQUESTS.labels("error").inc()
+            metrics.REQUESTS.labels("error").inc()
             await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {exc}")
         cached = reused * self.runtime.block_tokens
-        CACHE_QUERIES.inc(len(ids))
-        CACHE_HITS.inc(cached)
-        QUEUE_SECONDS.observe(job.queue_wall_s)
-        KV_SECONDS.observe(io_s)
-        REQUESTS.labels("ok").inc()
+        metrics.CACHE_QUERIES.inc(len(ids))
+        metrics.CACHE_HITS.inc(cached)
+        metrics.QUEUE_SECONDS.observe(job.queue_wall_s)
+        metrics.KV_SECONDS.observe(io_s)
+        metrics.REQUESTS.labels("ok").inc()
         return prefill_pb2.PrefillReply(
             first=token_step(token_ids, first), forks=[token_step(f.output_ids, f.first_result) for f in seq.forks],
             kv=handle, cached_tokens=cached, queue_wall_s=job.queue_wall_s,
