@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import itertools
 
-from pdserve.workload.arrivals import arrival_stream
-from pdserve.workload.record import Sampling
 from pdserve.bench.serve import run_grpc
-from pdserve.workload.datasets import random_requests
-from pdserve.workload.stats import summarize
-from pdserve.workload.record import LoadSpec
-from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.engine.scheduler import Role
+from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import summary
+from pdserve.workload.arrivals import arrival_stream
+from pdserve.workload.datasets import random_requests
+from pdserve.workload.record import LoadSpec, Sampling
+from pdserve.workload.stats import summarize
 
 COMPARED = (("mean TTFT", "mean_ttft_ms"), ("mean TPOT", "mean_tpot_ms"), ("request throughput", "request_throughput"),
             ("output throughput", "output_throughput"))

@@ -28,8 +28,8 @@ import grpc
 
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.common.scrape import scrape, total
-from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.kvstore.client import KVStoreClient
+from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.v1 import common_pb2, decode_pb2_grpc
 
 LEASE_TTL_S = 5.0  # the stack's lease TTL: an orphaned lease is gone after this

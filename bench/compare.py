@@ -20,16 +20,14 @@ import shlex
 
 import numpy as np
 
-from pdserve.common.scrape import scrape, total
 from pdserve.bench.backends import BenchError, InProcessBackend
-from pdserve.workload.requests import ServedModel
-from pdserve.workload.requests import build_requests
-from pdserve.workload.report import default_result_path
-from pdserve.bench.serve import load_spec, run_config, run_grpc, with_backend
-from pdserve.workload.stats import summarize
-from pdserve.workload.report import format_result, result_json, save_json
-from pdserve.workload.record import LoadSpec
 from pdserve.bench.runner import run
+from pdserve.bench.serve import load_spec, run_config, run_grpc, with_backend
+from pdserve.common.scrape import scrape, total
+from pdserve.workload.record import LoadSpec
+from pdserve.workload.report import default_result_path, format_result, result_json, save_json
+from pdserve.workload.requests import ServedModel, build_requests
+from pdserve.workload.stats import summarize
 
 MODES = ("in_process", "disaggregated", "colocated")
 

@@ -74,8 +74,8 @@ def run_handoff_bench(model: str | None, prompt_len: int, requests: int, chunk_t
 
 
 def stack_vocab(model: str | None) -> int:
-    from pdserve.engine.gguf_model import read_metadata
     from pdserve.engine.default_model import resolve_model_path
+    from pdserve.engine.gguf_model import read_metadata
 
     return read_metadata(resolve_model_path(model))[1].vocab_size
 

@@ -28,12 +28,12 @@ from functools import partial
 import grpc
 import numpy as np
 
-from pdserve.launcher.stack import free_port
 from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.common.server import CHANNEL_OPTIONS, serve
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.memory import keep_freed_memory
 from pdserve.kvstore.wire import CHUNK_BYTES
+from pdserve.launcher.stack import free_port
 
 SINK_SERVICE = "pdserve.bench.Sink"
 # the real model's block: SmolLM2-135M (30 layers, 3 KV heads, head_dim 64), 16 tokens, K and V, float32

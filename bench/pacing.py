@@ -6,15 +6,13 @@ and the machine keeps up; above 1 means real work overran the modeled budgets.
 
 from __future__ import annotations
 
-
 import numpy as np
-from pdserve.common.scrape import scrape, total
 
-from pdserve.launcher.stack import Stack, StackSpec
-from pdserve.workload.record import Sampling
 from pdserve.bench.serve import run_grpc
+from pdserve.common.scrape import scrape, total
+from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.workload.datasets import BenchRequest
-from pdserve.workload.record import LoadSpec
+from pdserve.workload.record import LoadSpec, Sampling
 
 
 def _decode_step_stats(port: int) -> tuple[float, float, float]:

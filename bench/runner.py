@@ -10,8 +10,8 @@ import time
 
 from tqdm import tqdm
 
-from pdserve.workload.arrivals import schedule
 from pdserve.bench.backends import BenchError
+from pdserve.workload.arrivals import schedule
 from pdserve.workload.datasets import BenchRequest
 from pdserve.workload.record import LoadSpec, RequestRecord, RunResult
 

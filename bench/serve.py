@@ -9,15 +9,13 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 
-from pdserve.workload import datasets as ds
 from pdserve.bench.backends import BenchError, GrpcBackend, OpenAIBackend
-from pdserve.workload.record import Sampling
+from pdserve.bench.runner import run
+from pdserve.workload import datasets as ds
+from pdserve.workload.record import LoadSpec, RunResult, Sampling
+from pdserve.workload.report import default_result_path, format_result, result_json, save_json
 from pdserve.workload.requests import ServedModel, build_requests
 from pdserve.workload.stats import parse_goodput, parse_percentiles, summarize
-from pdserve.workload.report import default_result_path, format_result, result_json, save_json
-from pdserve.workload.record import LoadSpec, RunResult
-from pdserve.bench.runner import run
-
 
 
 def load_spec(a: argparse.Namespace, **overrides) -> LoadSpec:

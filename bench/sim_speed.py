@@ -10,12 +10,12 @@ import argparse
 import itertools
 import time
 
-from pdserve.workload.arrivals import arrival_stream
-from pdserve.workload.datasets import random_requests
 from pdserve.engine.scheduler import Role
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import format_speed, summary
+from pdserve.workload.arrivals import arrival_stream
+from pdserve.workload.datasets import random_requests
 
 
 def speed_run(num_prompts: int = 10_000, nodes: int = 16, prefill: int = 6, rate: float = 30.0,

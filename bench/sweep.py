@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pdserve.workload.requests import build_requests
-from pdserve.workload.report import default_result_path
-from pdserve.bench.serve import load_spec, make_backend, run_config, with_backend
-from pdserve.workload.stats import modeled_values, summarize, wall_values
-from pdserve.workload.report import result_json, save_json
 from pdserve.bench.runner import run
+from pdserve.bench.serve import load_spec, make_backend, run_config, with_backend
+from pdserve.workload.report import default_result_path, result_json, save_json
+from pdserve.workload.requests import build_requests
+from pdserve.workload.stats import modeled_values, summarize, wall_values
 
 KINDS = {"rate": "request_rate", "concurrency": "max_concurrency"}
 LABELS = {"rate": "request rate (req/s)", "concurrency": "max concurrency"}

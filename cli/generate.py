@@ -12,6 +12,7 @@ import grpc
 
 from pdserve.engine.params import SamplingParams
 
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=128)

@@ -9,9 +9,9 @@ import sys
 import threading
 
 from pdserve.cli.generate import stream_from_router
-from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
+from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
 from pdserve.perfmodel.deployment import add_deployment_flag
 from pdserve.router.policy import PREFILL_POLICIES
 from pdserve.worker.clock import PACE_MODES

@@ -12,8 +12,14 @@ import grpc
 from pdserve.common.convert import token_step
 from pdserve.common.status import abort_exhausted, abort_invalid
 from pdserve.common.validation import check_worker_request
-from pdserve.decode_server.kv_imports import (DEFAULT_MAX_PREFETCHES, KV_ERRORS, ImportExists, ImportsFull, KVImports,
-                                              kv_error_detail)
+from pdserve.decode_server.kv_imports import (
+    DEFAULT_MAX_PREFETCHES,
+    KV_ERRORS,
+    ImportExists,
+    ImportsFull,
+    KVImports,
+    kv_error_detail,
+)
 from pdserve.decode_server.metrics import GENERATED, KV_LOAD_FAILURES, KV_USAGE, PREEMPTIONS, REQUESTS, RUNNING, WAITING
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from pdserve.engine.params import InvalidParameter

@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import gguf
+import numpy as np
 from gguf import quants
 
 SUPPORTED_ARCHITECTURES = ("llama",)

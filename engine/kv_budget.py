@@ -7,7 +7,6 @@ and preempts when the answer is no.
 
 from __future__ import annotations
 
-
 DEFAULT_KV_BLOCKS = 4096  # a decode worker's budget unless told otherwise (65,536 tokens at 16 per block)
 
 

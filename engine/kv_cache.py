@@ -13,6 +13,7 @@ import numpy as np
 from pdserve.engine.gguf_model import ModelConfig
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
 
+
 def block_nbytes(config: ModelConfig, tokens: int) -> int:
     return config.n_layers * 2 * tokens * config.n_kv_heads * config.head_dim * 4
 

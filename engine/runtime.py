@@ -16,8 +16,8 @@ from pdserve.engine.default_model import resolve_model_path
 from pdserve.engine.gguf_model import ModelConfig, load_gguf, read_metadata
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
 from pdserve.engine.kv_cache import KVSlab
-from pdserve.engine.model import LlamaModel
 from pdserve.engine.logprobs import token_logprobs
+from pdserve.engine.model import LlamaModel
 from pdserve.engine.params import SamplingParams, sample_params
 from pdserve.engine.sampling import Sampler
 from pdserve.engine.scheduler import Step, StepOutput

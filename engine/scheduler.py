@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pdserve.engine.kv_budget import KVBudget, KVBudgetExceeded
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
+from pdserve.engine.kv_budget import KVBudget, KVBudgetExceeded
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.stop import FinishReason, StepResult
 

@@ -1,3 +1,3 @@
-from pdserve.kvstore.server import main
+from pdserve.kvstore.main import main
 
 main()

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import grpc
 
 from pdserve.common.server import channel
-from pdserve.kvstore.memory import keep_freed_memory
-from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
 from pdserve.kvstore import shm as shm_files
+from pdserve.kvstore.memory import keep_freed_memory
 from pdserve.kvstore.store import block_views, checksum
+from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 

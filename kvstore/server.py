@@ -10,20 +10,20 @@ import os
 
 import grpc
 
-from pdserve.common.metrics import set_process_info
-
-from pdserve.common.server import serve, setup_logging
 from pdserve.common.status import abort_code, abort_exhausted
-from pdserve.common.config import FlagParser, service_parser
-from pdserve.common.tls import configure_from_args
-from pdserve.kvstore.memory import keep_freed_memory
-from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
-from pdserve.kvstore import shm
-from pdserve.kvstore.store import (DEFAULT_CAPACITY_MB, MAX_LEASE_TTL_S, MAX_WAIT_S, Block, BlockStore,
-                                   ChecksumMismatch, StoreFull, UnknownBlock, block_views)
-from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
+from pdserve.kvstore import metrics, shm
+from pdserve.kvstore.store import (
+    MAX_LEASE_TTL_S,
+    MAX_WAIT_S,
+    Block,
+    BlockStore,
+    ChecksumMismatch,
+    StoreFull,
+    UnknownBlock,
+    block_views,
+)
+from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
-from pdserve.kvstore import metrics
 
 log = logging.getLogger("pdserve.kvstore")
 
@@ -31,7 +31,6 @@ MAX_KEY_CHARS = 256
 MAX_KEYS_PER_CALL = 65536
 
 OPS = ("put", "get", "lookup", "acquire", "renew", "release")
-
 
 
 class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
@@ -296,78 +295,3 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 self._update_gauges()
 
 
-class KVStoreFaultsService(kvstore_faults_pb2_grpc.KVStoreFaultsServicer):
-    """The test-only pdserve.testing.v1.KVStoreFaults service: registered only with --enable-fault-injection."""
-
-    def __init__(self, store: BlockStore) -> None:
-        self.store = store
-
-    async def Corrupt(self, request, context):
-        try:
-            self.store.corrupt(request.key)
-        except UnknownBlock:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"key: block {request.key} is not stored")
-        return kvstore_faults_pb2.CorruptResponse()
-
-
-class _Handlers:
-    """Stands in for a server to catch the generated code's method handlers."""
-
-    def add_generic_rpc_handlers(self, handlers) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
-        self.service, self.handlers = service, handlers
-
-
-def add_to_server(service: KVStoreService, server: grpc.aio.Server) -> None:
-    """Register the service as the generated code would, except that Put reads and Get writes data messages without
-    the protobuf runtime (kvstore.wire: same bytes on the wire, fewer copies)."""
-    caught = _Handlers()
-    kvstore_pb2_grpc.add_KVStoreServicer_to_server(service, caught)
-    handlers = dict(caught.handlers)
-    handlers["Put"] = grpc.stream_unary_rpc_method_handler(
-        service.Put, request_deserializer=decoder(kvstore_pb2.PutChunk),
-        response_serializer=kvstore_pb2.PutReply.SerializeToString)
-    handlers["Get"] = grpc.unary_stream_rpc_method_handler(
-        service.Get, request_deserializer=kvstore_pb2.GetRequest.FromString, response_serializer=serialize)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(caught.service, handlers),))
-    server.add_registered_method_handlers(caught.service, handlers)
-
-
-def build_parser() -> FlagParser:
-    parser = service_parser("kvstore", 50051)
-    parser.add_argument("--capacity-mb", type=float, default=DEFAULT_CAPACITY_MB, help="byte budget for blocks, in MiB")
-    parser.add_argument("--enable-fault-injection", action="store_true", env=False,
-                        help="serve pdserve.testing.v1.KVStoreFaults (tests only; never from the environment)")
-    parser.add_argument("--kv-shm", action="store_true",
-                        help="let clients on this host move block bytes through files in /dev/shm instead of the "
-                             "socket (they ask for it with their own --kv-shm)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-    configure_from_args(args)
-    keep_freed_memory()
-    store = BlockStore(int(args.capacity_mb * (1 << 20)))
-    service = KVStoreService(store, args.kv_shm)
-    set_process_info("kvstore")
-
-    def register(server):
-        add_to_server(service, server)
-        names = [kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name]
-        if args.enable_fault_injection:
-            kvstore_faults_pb2_grpc.add_KVStoreFaultsServicer_to_server(KVStoreFaultsService(store), server)
-            names.append(kvstore_faults_pb2.DESCRIPTOR.services_by_name["KVStoreFaults"].full_name)
-        return names
-
-    async def run() -> None:
-        expiry = asyncio.create_task(service.expire_loop())
-        try:
-            await serve("kvstore", args.port, register, args.metrics_port, args.host)
-        finally:
-            expiry.cancel()
-
-    asyncio.run(run())

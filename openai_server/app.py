@@ -23,10 +23,17 @@ from starlette.exceptions import HTTPException
 
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.openai_server.errors import ApiError, error_response, from_grpc
-from pdserve.openai_server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, SamplingFields,
-                                            TokenizeRequest, chat_messages, parse)
+from pdserve.openai_server.metrics import DISCONNECTS, HTTP_INFLIGHT, HTTP_REQUESTS, HTTP_SECONDS
+from pdserve.openai_server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    SamplingFields,
+    TokenizeRequest,
+    chat_messages,
+    parse,
+)
 from pdserve.openai_server.responses import Shaper
-from pdserve.openai_server.metrics import HTTP_REQUESTS, HTTP_SECONDS, HTTP_INFLIGHT, DISCONNECTS
 
 log = logging.getLogger("pdserve.openai")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from pdserve.perfmodel.hardware import GPU, gpu as gpu_by_name
+from pdserve.perfmodel.hardware import GPU
+from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.perfmodel.memory import MemoryFit, memory_fit
 from pdserve.perfmodel.models import ModelProfile, model_profile
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import SOFTWARE, TimingModel
-
 
 KV_PRECISIONS = ("", "bf16", "fp8")  # "": the model's own
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pdserve.perfmodel.costs import Breakdown
 from pdserve.perfmodel.deployment import Deployment, check_scenario
-from pdserve.perfmodel.timing import Breakdown
 
 
 def scenario_report(d: Deployment, prefill_lens: list[int], decode_batch: int, context_len: int,

@@ -14,31 +14,19 @@ communication behind compute. Per-layer, per-step and per-request overheads are 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
-
-from pdserve.perfmodel.hardware import GPU, GIGA, gpu as gpu_by_name
+from pdserve.perfmodel.communication import all_to_all_seconds, allreduce_seconds, expert_copies
+from pdserve.perfmodel.costs import Breakdown, GroupCost
+from pdserve.perfmodel.hardware import GIGA, GPU
+from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.perfmodel.models import BYTES_PER_PARAM, ModelProfile, model_profile
-from pdserve.perfmodel.overheads import Overheads, global_constant, overheads
+from pdserve.perfmodel.overheads import Overheads, overheads
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.routing import ExpertLoad, expert_load
 
 MICRO = 1e-6
 
-# One-shot custom all-reduce (message <= 4 MB) then NCCL ring, 8 GPUs on NVLink (900 GB/s class) [M].
-ALLREDUCE_BYTES = np.array([2e3, 1e6, 4e6, 16e6, 64e6])
-ALLREDUCE_SECONDS = np.array([6e-6, 17e-6, 34e-6, 111e-6, 322e-6])
-# Extra latency of a hierarchical all-reduce that crosses nodes (NCCL over InfiniBand, small messages): fitted by
-# perfmodel/fit.py (global constant internode_allreduce_latency_s); this default is only the fallback [E].
-INTERNODE_ALLREDUCE_LATENCY_S = 30e-6
-
-# Expert-parallel all-to-all inside one node (DeepEP) [M]: low-latency mode, 128 tokens top-8 on an H20 node,
-# dispatch + combine about 222 us for ~22 MB per rank -> ~110 GB/s plus launch latency; normal mode ~330 GB/s.
-# Both measured on 900 GB/s NVLink and scaled by NVLink bandwidth elsewhere (H800: DeepEP reports ~155 GB/s).
-A2A_LATENCY_S = 25e-6
-A2A_BANDWIDTH_DECODE = 110 * GIGA
-A2A_BANDWIDTH_PREFILL = 330 * GIGA
 
 # MLA decode kernels (FlashMLA, FA3-MLA) work on 64 query rows per tile (github.com/deepseek-ai/FlashMLA).
 MLA_QUERY_TILE = 64
@@ -74,99 +62,6 @@ SOFTWARE: dict[str, SoftwareProfile] = {
     "vllm-awq": SoftwareProfile("vllm-awq", layer_overhead_s=215e-6, step_overhead_s=1.0e-3,
                                 request_overhead_s=18e-3, prefill_chunk_tokens=8192),
 }
-
-
-@dataclass
-class GroupCost:
-    """One operator group on the busiest GPU: the arithmetic behind its seconds."""
-
-    flops: float = 0.0
-    bytes: float = 0.0
-    compute_s: float = 0.0
-    memory_s: float = 0.0
-    factors: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def seconds(self) -> float:
-        return max(self.compute_s, self.memory_s)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_s >= self.memory_s else "memory"
-
-    def plus(self, other: "GroupCost") -> "GroupCost":
-        factors = dict(self.factors)
-        factors.update(other.factors)
-        return GroupCost(self.flops + other.flops, self.bytes + other.bytes, self.compute_s + other.compute_s,
-                         self.memory_s + other.memory_s, factors)
-
-
-@dataclass
-class Breakdown:
-    """Seconds per component of one modeled step (or request); ``groups`` keeps the arithmetic of each roofline."""
-
-    parts: dict[str, float] = field(default_factory=dict)
-    tokens: int = 0
-    steps: int = 1
-    groups: dict[str, GroupCost] = field(default_factory=dict)
-
-    @property
-    def seconds(self) -> float:
-        return sum(self.parts.values())
-
-    def add(self, other: "Breakdown") -> "Breakdown":
-        for k, v in other.parts.items():
-            self.parts[k] = self.parts.get(k, 0.0) + v
-        for k, g in other.groups.items():
-            self.groups[k] = self.groups[k].plus(g) if k in self.groups else g
-        self.tokens += other.tokens
-        self.steps += other.steps
-        return self
-
-    def as_dict(self) -> dict[str, float]:
-        return dict(self.parts, total=self.seconds)
-
-
-def allreduce_seconds(nbytes: float, gpu: GPU, ranks: int, gpus_per_node: int = 8) -> float:
-    """All-reduce of ``nbytes`` over ``ranks`` GPUs: log-log interpolation of the NVLink measurements inside a node;
-    across nodes a hierarchical all-reduce adds the inter-node step over each GPU's share of the NICs."""
-    if ranks <= 1 or nbytes <= 0:
-        return 0.0
-    if nbytes >= ALLREDUCE_BYTES[-1]:
-        t = ALLREDUCE_SECONDS[-1] * nbytes / ALLREDUCE_BYTES[-1]
-    else:  # np.interp holds the first point below the measured range
-        t = math.exp(np.interp(math.log(nbytes), np.log(ALLREDUCE_BYTES), np.log(ALLREDUCE_SECONDS)))
-    t *= max(1.0, 900 * GIGA / gpu.nvlink_bandwidth)  # measured on 900 GB/s NVLink
-    nodes = -(-ranks // gpus_per_node)
-    if nodes > 1:
-        local = min(ranks, gpus_per_node)
-        latency = global_constant("internode_allreduce_latency_s", INTERNODE_ALLREDUCE_LATENCY_S)
-        t += latency + 2 * (nodes - 1) / nodes * (nbytes / local) / gpu.nic_bandwidth_per_gpu(gpus_per_node)
-    return float(t)
-
-
-def all_to_all_seconds(local_bytes: float, remote_bytes: float, gpu: GPU, decode: bool,
-                       gpus_per_node: int = 8) -> float:
-    """Dispatch + combine through the busiest GPU: ``local_bytes`` over NVLink, ``remote_bytes`` over its share of
-    the NICs, concurrently."""
-    if local_bytes <= 0 and remote_bytes <= 0:
-        return 0.0
-    local_bw = (A2A_BANDWIDTH_DECODE if decode else A2A_BANDWIDTH_PREFILL) * min(1.0, gpu.nvlink_bandwidth / (900 * GIGA))
-    return 2 * A2A_LATENCY_S + max(local_bytes / local_bw, remote_bytes / gpu.nic_bandwidth_per_gpu(gpus_per_node))
-
-
-def expert_copies(experts_per_token: int, topk_groups: int, nodes: int, decode: bool) -> tuple[float, float]:
-    """Copies of one token's hidden state sent inside its node and to other nodes per MoE layer (uniform placement).
-
-    Low-latency (decode) all-to-all sends one copy per expert, k (1 - 1/nodes) of them off the node. Normal (prefill)
-    all-to-all sends one copy per destination node over RDMA and fans out over NVLink there: with group-limited
-    routing a token reaches topk_groups groups, so (nodes - 1)(1 - (1 - 1/nodes)^topk_groups) other nodes."""
-    local = experts_per_token / nodes
-    if nodes <= 1:
-        return float(experts_per_token), 0.0
-    if decode:
-        return local, experts_per_token * (1.0 - 1.0 / nodes)
-    return local, (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** topk_groups)
 
 
 def expected_distinct_experts(tokens: float, experts: int, per_token: int) -> float:

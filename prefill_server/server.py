@@ -11,8 +11,6 @@ import grpc
 from pdserve.common.convert import token_step
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
-from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
-from pdserve.worker.flags import build_worker, run_worker, worker_parser
 from pdserve.engine.kv_blocks import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
@@ -20,10 +18,12 @@ from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_LEASE_TTL_S
+from pdserve.prefill_server import metrics
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
-from pdserve.prefill_server import metrics
+from pdserve.worker.flags import build_worker, run_worker, worker_parser
+from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
 
 log = logging.getLogger("pdserve.prefill")
 

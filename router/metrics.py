@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from pdserve.common.metrics import TOKEN_COUNT_BUCKETS, ClockPair, MODELED_STEP_BUCKETS, WALL_STEP_BUCKETS
+from pdserve.common.metrics import MODELED_STEP_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_STEP_BUCKETS, ClockPair
 from pdserve.engine.stop import FinishReason
 from pdserve.v1 import common_pb2
 

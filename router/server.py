@@ -9,14 +9,14 @@ from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
 from pdserve.engine.runtime import model_metadata
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.v1 import router_pb2, router_pb2_grpc
-from pdserve.router.metrics import init_labels
+from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token
+from pdserve.router.metrics import init_labels
 from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
 from pdserve.router.service import RouterConfig, RouterService
 from pdserve.router.workers import decode_pool, prefill_pool, split_target
+from pdserve.v1 import router_pb2, router_pb2_grpc
 
 
 def build_parser() -> FlagParser:

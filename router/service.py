@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from pdserve.common.metrics import request_id_var
 from pdserve.common.convert import sampling_from_proto, sampling_to_proto
+from pdserve.common.metrics import request_id_var
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import check_request_id
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
@@ -21,17 +21,16 @@ from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
-from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
 from pdserve.router.prompt import RequestValidator
 from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
-from pdserve.router.tokens import TokenPieces
 from pdserve.router.tokenize import TokenizeRPCs
-from pdserve.router.upstream import (StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode,
-                                     start_prefetch)
+from pdserve.router.tokens import TokenPieces
+from pdserve.router.upstream import StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode, start_prefetch
 from pdserve.router.workers import WorkerPool
+from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 
 log = logging.getLogger("pdserve.router")
 

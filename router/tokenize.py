@@ -7,8 +7,7 @@ validation (``validator.prompt_ids``), so a prompt tokenizes here exactly as ``G
 from __future__ import annotations
 
 from pdserve.common.status import abort_invalid
-from pdserve.engine.params import check_token_ids
-from pdserve.engine.params import InvalidParameter
+from pdserve.engine.params import InvalidParameter, check_token_ids
 from pdserve.v1 import router_pb2
 
 MAX_DETOKENIZE_IDS = 1_000_000

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from pdserve.common.server import request_metadata
-from pdserve.v1 import decode_pb2, prefill_pb2
 from pdserve.router.metrics import RETRIES, ROUTED
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.router.workers import WorkerPool
+from pdserve.v1 import decode_pb2, prefill_pb2
 
 log = logging.getLogger("pdserve.router")
 

@@ -7,13 +7,13 @@ import json
 import math
 import sys
 
-from pdserve.workload.stats import parse_goodput, parse_percentiles
-from pdserve.workload.report import default_result_path, result_json, save_json
 from pdserve.engine.scheduler import Role
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
 from pdserve.sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
 from pdserve.sim.workload import build_workload
+from pdserve.workload.report import default_result_path, result_json, save_json
+from pdserve.workload.stats import parse_goodput, parse_percentiles
 
 
 def cluster_spec(a: argparse.Namespace) -> ClusterSpec:

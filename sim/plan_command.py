@@ -9,10 +9,10 @@ import re
 import sys
 import time
 
-from pdserve.workload.report import save_json
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from pdserve.sim.workload import build_workload
+from pdserve.workload.report import save_json
 
 BASELINE = Deployment()  # the source article's: DeepSeek-R1 on 8 x H20-141G, TP8 EP8, colocated
 

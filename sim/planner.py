@@ -12,12 +12,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from pdserve.workload.arrivals import arrival_stream
 from pdserve.engine.scheduler import Role
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
-
+from pdserve.workload.arrivals import arrival_stream
 
 ATTAINMENT = 0.9  # the share of requests that must meet both SLOs (the SLOs are 90th percentiles)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 
-from pdserve.workload.stats import summarize
-from pdserve.workload.record import RequestRecord
-from pdserve.workload.report import format_result
-from pdserve.workload.record import LoadSpec, RunResult
 from pdserve.sim.cluster import SimResult
 from pdserve.sim.instance import Instance
+from pdserve.workload.record import LoadSpec, RequestRecord, RunResult
+from pdserve.workload.report import format_result
+from pdserve.workload.stats import summarize
 
 SERIES_BINS = 60
 

@@ -12,11 +12,10 @@ import argparse
 import itertools
 import zlib
 
+from pdserve.sim.cluster import SimRequest
 from pdserve.workload import datasets as ds
 from pdserve.workload.arrivals import schedule
-from pdserve.workload.requests import ServedModel
-from pdserve.workload.requests import build_requests
-from pdserve.sim.cluster import SimRequest
+from pdserve.workload.requests import ServedModel, build_requests
 
 DEFAULT_VOCAB = 49152  # SmolLM2's, what `pdserve bench` gets from a pdserve router
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from pdserve.common.readiness import wait_for as wait_until  # noqa: F401  (the tests' name for it)
 from pdserve.common.scrape import scrape  # noqa: F401
 

@@ -13,16 +13,15 @@ import math
 import numpy as np
 import pytest
 
+from pdserve.bench.backends import GrpcBackend, OpenAIBackend
+from pdserve.bench.runner import run
+from pdserve.bench.serve import with_backend
+from pdserve.cli.main import main as pdserve
 from pdserve.workload import datasets as ds
 from pdserve.workload.arrivals import arrival_offsets, modeled_makespan
-from pdserve.bench.backends import GrpcBackend, OpenAIBackend
-from pdserve.workload.record import Sampling
-from pdserve.bench.serve import with_backend
-from pdserve.workload.stats import parse_goodput, summarize
+from pdserve.workload.record import LoadSpec, Sampling
 from pdserve.workload.report import format_result, result_json
-from pdserve.workload.record import LoadSpec
-from pdserve.bench.runner import run
-from pdserve.cli.main import main as pdserve
+from pdserve.workload.stats import parse_goodput, summarize
 from tests import bench_fakes as fake
 
 SLACK = 0.5  # upper bound: expected x (1 + SLACK) + 10 ms

@@ -2,8 +2,8 @@
 
 import pytest
 
+from pdserve.kvstore.main import build_parser as kvstore_parser
 from pdserve.worker.flags import worker_parser
-from pdserve.kvstore.server import build_parser as kvstore_parser
 
 
 def parse(monkeypatch, env: dict, argv: list[str]):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pdserve.engine.kv_cache import KVSlab, SequenceKV, block_nbytes
 from pdserve.engine.kv_blocks import block_keys
+from pdserve.engine.kv_cache import KVSlab, SequenceKV, block_nbytes
 from pdserve.engine.params import SamplingParams
 
 

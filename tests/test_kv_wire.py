@@ -8,8 +8,17 @@ import pytest
 
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.store import BlockStore, checksum
-from pdserve.kvstore.wire import (CHUNK_BYTES, BlockAssembler, DataPart, InlineBlock, WireBlock, chunks_of, decoder,
-                                  encode_block, encode_data)
+from pdserve.kvstore.wire import (
+    CHUNK_BYTES,
+    BlockAssembler,
+    DataPart,
+    InlineBlock,
+    WireBlock,
+    chunks_of,
+    decoder,
+    encode_block,
+    encode_data,
+)
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 

@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 
 from pdserve.client.client import PdserveClient
-from pdserve.launcher.stack import Stack, StackSpec, metrics_port_for
-from pdserve.launcher.prometheus_config import scrape_config
 from pdserve.common.metrics import MODELED_REQUEST_BUCKETS, MODELED_STEP_BUCKETS, RPC_BUCKETS
+from pdserve.launcher.prometheus_config import scrape_config
+from pdserve.launcher.stack import Stack, StackSpec, metrics_port_for
 from tests.conftest import start_stack
 from tests.helpers import require_tool, scrape
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from pdserve.perfmodel.deployment import (Deployment, check_deployment, check_scenario, deployment_from_args,
-                                          kv_capacity_tokens)
+from pdserve.perfmodel.communication import allreduce_seconds
+from pdserve.perfmodel.deployment import Deployment, check_deployment, check_scenario, deployment_from_args, kv_capacity_tokens
 from pdserve.perfmodel.fit import PLAN, fit
 from pdserve.perfmodel.hardware import gpu
 from pdserve.perfmodel.memory import memory_fit
 from pdserve.perfmodel.models import DEEPSEEK_R1, MODELS
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.routing import expert_load
-from pdserve.perfmodel.timing import TimingModel, allreduce_seconds, expected_distinct_experts
+from pdserve.perfmodel.timing import TimingModel, expected_distinct_experts
 from pdserve.perfmodel.validate import GOAL, KNOWN_MISSES, batch_trend, format_table, rows, summary, validate
 
 ROOT = Path(__file__).resolve().parent.parent

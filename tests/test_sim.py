@@ -10,8 +10,7 @@ import pytest
 
 from pdserve.cli.main import main as cli_main
 from pdserve.engine.scheduler import Role, Scheduler
-from pdserve.perfmodel.deployment import Deployment
-from pdserve.perfmodel.deployment import parse_deployment
+from pdserve.perfmodel.deployment import Deployment, parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
 from pdserve.sim.steptime import StepTimer

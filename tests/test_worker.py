@@ -3,13 +3,13 @@ cancelled request is removed from the scheduler and its KV freed."""
 
 import asyncio
 
-from pdserve.worker.clock import StepClock
-from pdserve.worker.worker import Worker
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
 from pdserve.engine.stop import FinishReason
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import TimingModel
+from pdserve.worker.clock import StepClock
+from pdserve.worker.worker import Worker
 
 PARAMS = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
 

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-
 from pdserve.engine.runtime import Runtime
 from pdserve.engine.scheduler import Role, Scheduler, Step, StepOutput
 from pdserve.engine.sequence import Sequence

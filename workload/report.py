@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from pdserve.workload.stats import METRICS, MODELED_METRICS, percentile_key
 from pdserve.workload.record import RunResult
+from pdserve.workload.stats import METRICS, MODELED_METRICS, percentile_key
 
 WIDTH = 64
 SECTIONS = {"ttft": ("Time to First Token", "TTFT"), "tpot": ("Time per Output Token (excl. 1st token)", "TPOT"),

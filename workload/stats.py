@@ -15,8 +15,7 @@ from collections import Counter
 import numpy as np
 
 from pdserve.workload.arrivals import modeled_makespan
-from pdserve.workload.record import RequestRecord
-from pdserve.workload.record import RunResult
+from pdserve.workload.record import RequestRecord, RunResult
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 MODELED_METRICS = ("ttft", "tpot", "e2el")
