@@ -11,155 +11,25 @@ the right answer is known), and once the load stops the stack is checked for wha
 - ``leaked_leases`` (kvstore leases), ``leaked_blocks`` (KV blocks decode workers hold) and ``leaked_inflight``
   (router requests in flight) once the stack is idle again, waited for up to the lease TTL.
 
-``pdserve chaos`` starts a stack and prints the table; tests/test_fault_matrix.py runs it small.
+``pdserve bench chaos`` starts a stack and prints the table; tests/stack/test_fault_matrix.py runs it small; bench/chaos_load.py sends the load.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import grpc
 
-from pdserve.client.client import AsyncPdserveClient
+from pdserve.bench.chaos_load import COLUMNS, Row, Workload, fault_free, make_workload, steady_load, storm
 from pdserve.common.scrape import scrape, total
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.v1 import common_pb2, decode_pb2_grpc
 
 LEASE_TTL_S = 5.0  # the stack's lease TTL: an orphaned lease is gone after this
-COLUMNS = ("sent", "correct", "cancelled", "failed_clean", "lost", "duplicated", "wrong", "leaked_leases",
-           "leaked_blocks", "leaked_inflight", "resumed", "kv_recomputed")
-
-
-@dataclass
-class Row:
-    fault: str
-    sent: int = 0
-    correct: int = 0
-    cancelled: int = 0
-    failed_clean: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    wrong: int = 0
-    leaked_leases: int = 0
-    leaked_blocks: int = 0
-    leaked_inflight: int = 0
-    resumed: int = 0  # streams moved to another decode worker mid-stream (the router's count)
-    kv_recomputed: int = 0  # prompts a decode worker recomputed because their KV could not be fetched
-    codes: Counter = field(default_factory=Counter)  # status codes of the clean failures
-    errors: Counter = field(default_factory=Counter)  # "CODE: details" of every failure, for the record
-
-    @property
-    def ok(self) -> bool:
-        """Nothing lost, duplicated, wrong or leaked."""
-        return not (self.lost or self.duplicated or self.wrong or self.leaked_leases or self.leaked_blocks
-                    or self.leaked_inflight)
-
-
-@dataclass
-class Workload:
-    prompts: list[list[int]]
-    params: list[dict]  # generate() keyword arguments per prompt
-    expected: list[list[int]] = field(default_factory=list)  # from the fault-free run
-
-
-def make_workload(vocab_size: int, n: int, max_tokens: int, seed: int = 0) -> Workload:
-    """``n`` random prompts of 20..60 tokens, alternately greedy and seeded; EOS ignored so every answer is long."""
-    rng = random.Random(seed)
-    prompts = [[rng.randrange(3, vocab_size) for _ in range(rng.randrange(20, 61))] for _ in range(n)]
-    params = [dict(max_tokens=max_tokens, ignore_eos=True, temperature=0.0) if i % 2 == 0 else
-              dict(max_tokens=max_tokens, ignore_eos=True, temperature=0.8, top_p=0.95, seed=1000 + i)
-              for i in range(n)]
-    return Workload(prompts, params)
-
-
-async def fault_free(target: str, workload: Workload, concurrency: int = 8) -> None:
-    """Fill ``workload.expected`` from a run with no fault."""
-    sem = asyncio.Semaphore(concurrency)
-    async with AsyncPdserveClient(target) as client:
-        async def one(i: int) -> list[int]:
-            async with sem:
-                reply = await client.complete(token_ids=workload.prompts[i], timeout=120, **workload.params[i])
-                return list(reply.token_ids)
-        workload.expected = list(await asyncio.gather(*(one(i) for i in range(len(workload.prompts)))))
-
-
-async def _request(client: AsyncPdserveClient, workload: Workload, i: int, row: Row, timeout_s: float,
-                   cancel_after_s: float | None) -> bool:
-    """One request, classified into ``row``. Returns False when it failed (the caller backs off)."""
-    row.sent += 1
-    expected = workload.expected[i]
-    ids: list[int] = []
-    call = client.generate(token_ids=workload.prompts[i], timeout=timeout_s, **workload.params[i])
-    cancel = asyncio.get_running_loop().call_later(cancel_after_s, call.cancel) if cancel_after_s is not None else None
-    try:
-        async for chunk in call:
-            ids.extend(chunk.token_ids)
-    except asyncio.CancelledError:
-        if cancel is None or not call.cancelled():
-            raise
-        row.cancelled += 1
-        return True
-    except grpc.aio.AioRpcError as err:
-        row.errors[f"{err.code().name}: {err.details()}"[:160]] += 1
-        if err.code() == grpc.StatusCode.CANCELLED and cancel is not None:
-            row.cancelled += 1
-        elif err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            row.lost += 1
-        elif ids == expected[:len(ids)]:
-            row.failed_clean += 1
-            row.codes[err.code().name] += 1
-        else:
-            row.wrong += 1
-        return False
-    finally:
-        if cancel is not None:
-            cancel.cancel()
-    if ids == expected:
-        row.correct += 1
-    elif len(ids) > len(expected):
-        row.duplicated += 1
-    else:
-        row.wrong += 1
-    return True
-
-
-async def steady_load(target: str, workload: Workload, row: Row, stop: asyncio.Event, concurrency: int,
-                      cancel_fraction: float = 0.0, timeout_s: float = 60.0, seed: int = 0) -> None:
-    """``concurrency`` clients sending the workload round robin until ``stop``; a fraction cancelled at a random
-    moment (from right away to well into decode)."""
-    rng = random.Random(seed)
-    counter = iter(range(1 << 62))
-    async with AsyncPdserveClient(target) as client:
-        async def user() -> None:
-            while not stop.is_set():
-                i = next(counter) % len(workload.prompts)
-                cancel_after = rng.uniform(0.0, 0.8) if rng.random() < cancel_fraction else None
-                if not await _request(client, workload, i, row, timeout_s, cancel_after):
-                    await asyncio.sleep(0.2)
-        await asyncio.gather(*(user() for _ in range(concurrency)))
-
-
-async def storm(target: str, workload: Workload, n: int, concurrency: int, cancel_fraction: float,
-                max_cancel_after_s: float = 1.0, seed: int = 0) -> Row:
-    """Exactly ``n`` requests from ``concurrency`` clients, ``cancel_fraction`` of them cancelled at a random moment
-    in [0, max_cancel_after_s) (queued, in prefill, between prefill and decode, or mid-decode)."""
-    rng = random.Random(seed)
-    row = Row("cancel_storm")
-    todo = iter(range(n))
-    async with AsyncPdserveClient(target) as client:
-        async def user() -> None:
-            for k in todo:
-                cancel_after = rng.uniform(0.0, max_cancel_after_s) if rng.random() < cancel_fraction else None
-                await _request(client, workload, k % len(workload.prompts), row, 120.0, cancel_after)
-        await asyncio.gather(*(user() for _ in range(concurrency)))
-    return row
 
 
 def rss_mb(pid: int) -> float:

@@ -28,14 +28,13 @@ from functools import partial
 import grpc
 import numpy as np
 
+from pdserve.bench.kv_sink import SINK_SERVICE, message_sizes
 from pdserve.common.readiness import grpc_serving, wait_for
-from pdserve.common.server import CHANNEL_OPTIONS, serve
+from pdserve.common.server import CHANNEL_OPTIONS
 from pdserve.kvstore.client import BlockData, KVStoreClient
-from pdserve.kvstore.memory import keep_freed_memory
 from pdserve.kvstore.wire import CHUNK_BYTES
 from pdserve.launcher.stack import free_port
 
-SINK_SERVICE = "pdserve.bench.Sink"
 # the real model's block: SmolLM2-135M (30 layers, 3 KV heads, head_dim 64), 16 tokens, K and V, float32
 DEFAULT_BLOCK_BYTES = 30 * 2 * 16 * 3 * 64 * 4
 
@@ -63,47 +62,6 @@ class KVBenchRow:
     @property
     def vs_memcpy(self) -> float:
         return self.kvstore_mb_s / self.memcpy_mb_s
-
-
-# --- the bare sink -------------------------------------------------------------------------------------------------
-def _sink_handler() -> grpc.GenericRpcHandler:
-    """The least a store does with a stream: Put holds the messages it is sent until the stream ends, Get streams
-    ``count`` blocks of ``block_bytes`` as the kvstore would, from as many distinct buffers (made once). Holding and
-    reading distinct buffers matters: the same message sent again or one dropped at once stays in the CPU's cache,
-    the bytes of a store do not."""
-    made: dict[tuple[int, int], list[list[bytes]]] = {}
-
-    async def put(request_iterator, context) -> bytes:
-        held = [message async for message in request_iterator]
-        return sum(len(m) for m in held).to_bytes(8, "little")
-
-    async def get(request: bytes, context):
-        block_bytes, count = int.from_bytes(request[:8], "little"), int.from_bytes(request[8:16], "little")
-        if (block_bytes, count) not in made:
-            made[block_bytes, count] = [[os.urandom(n) for n in _message_sizes(block_bytes)] for _ in range(count)]
-        for block in made[block_bytes, count]:
-            for message in block:
-                yield message
-
-    return grpc.method_handlers_generic_handler(SINK_SERVICE, {
-        "Put": grpc.stream_unary_rpc_method_handler(put),
-        "Get": grpc.unary_stream_rpc_method_handler(get),
-    })
-
-
-def serve_sink(port: int) -> None:
-    keep_freed_memory()  # as the kvstore does: the floor gets the same allocator settings
-    def register(server: grpc.aio.Server) -> list[str]:
-        server.add_generic_rpc_handlers((_sink_handler(),))
-        return [SINK_SERVICE]
-
-    asyncio.run(serve("bench-sink", port, register))
-
-
-# --- measuring -----------------------------------------------------------------------------------------------------
-def _message_sizes(block_bytes: int) -> list[int]:
-    """The data messages of one block, as the kvstore sends them."""
-    return [min(CHUNK_BYTES, block_bytes - start) for start in range(0, block_bytes, CHUNK_BYTES)]
 
 
 class _Bare:
@@ -150,7 +108,7 @@ async def _measure_streams(kv: KVStoreClient, bare: _Bare, pids: tuple[int, int]
                            block_bytes: int, repeat: int) -> list[KVBenchRow]:
     """Put and Get rows for ``n`` concurrent streams, each moving ``per_stream_blocks`` blocks."""
     payload = os.urandom(block_bytes)
-    bare_messages = [payload[:size] for size in _message_sizes(block_bytes)] * per_stream_blocks
+    bare_messages = [payload[:size] for size in message_sizes(block_bytes)] * per_stream_blocks
     keys: dict[int, list[list[str]]] = {}  # round -> stream -> keys (fresh each round: a repeated Put is a duplicate)
 
     async def kv_put(r: int) -> None:
@@ -212,7 +170,7 @@ def run_kv_bench(total_mb: float, block_bytes: int, streams: tuple[int, ...], re
     kv_port, sink_port = free_port(), free_port()
     procs = [_start(["-m", "pdserve.kvstore", "--port", str(kv_port), "--capacity-mb", f"{capacity_mb:.0f}",
                      "--log-level", "WARNING"]),
-             _start(["-m", "pdserve.bench.kv", "--sink-port", str(sink_port)])]
+             _start(["-m", "pdserve.bench.kv_sink", "--sink-port", str(sink_port)])]
     targets = [f"127.0.0.1:{kv_port}", f"127.0.0.1:{sink_port}"]
 
     try:
@@ -306,9 +264,3 @@ def add_args(p) -> None:
     g.add_argument("--prompt-len", type=int, default=1024)
     g.add_argument("--chunk-tokens", type=int, default=256, help="prefill's --max-num-batched-tokens")
     g.add_argument("--requests", type=int, default=4, help="measured requests per mode (after one warm-up)")
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="the bare gRPC sink bench-kv compares the kvstore with")
-    parser.add_argument("--sink-port", type=int, required=True)
-    serve_sink(parser.parse_args().sink_port)

@@ -21,14 +21,14 @@ from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
-from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
+from pdserve.router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
 from pdserve.router.prompt import RequestValidator
 from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
 from pdserve.router.tokenize import TokenizeRPCs
 from pdserve.router.tokens import TokenPieces
-from pdserve.router.upstream import StreamInterrupted, UpstreamError, prefill_with_retries, relay_decode, start_prefetch
+from pdserve.router.upstream import UpstreamError, prefill_with_retries, resumable_decode, start_prefetch
 from pdserve.router.workers import WorkerPool
 from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 
@@ -244,46 +244,13 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         it arrives), so that usage after an abort counts exactly the tokens the client got. ``prefer``: the decode
         worker that prefetched the KV (one sample)."""
         async def one(i: int, request: decode_pb2.DecodeRequest):
-            async for chunk in self._resumable(samples[i], request, context, track, prefer):
+            async for chunk in resumable_decode(self.decode, samples[i], request, self.config.decode_resumes,
+                                                context.time_remaining, track, prefer):
                 yield i, chunk
 
         async for i, chunk in merge([one(i, r) for i, r in requests.items()]):
             samples[i].took_decode_chunk(chunk)
             yield self._chunk(samples, i, chunk.step)
-
-    async def _resumable(self, state: RequestState, request: decode_pb2.DecodeRequest, context, track,
-                         prefer: str = ""):
-        """One sample's decode stream; when its worker goes away mid-stream, resume on another one.
-
-        The resumed request carries every token already relayed: the new worker recomputes prompt + those tokens and
-        continues from the next one, so the client sees no gap and no duplicate (and with greedy or seeded sampling
-        the same tokens as without the fault).
-        """
-        failed: set[str] = set()
-        # every token of this sample the client has or will have: prefill's first token (already passed on) and what
-        # this stream yields (the merge may not have counted it in the state yet)
-        relayed: list[int] = list(state.output_ids)
-        while True:
-            try:
-                async for chunk in relay_decode(self.decode, request, context.time_remaining(), frozenset(failed),
-                                                track, "" if failed else prefer):
-                    relayed.extend(chunk.step.token_ids)
-                    yield chunk
-                return
-            except StreamInterrupted as exc:
-                failed.add(exc.target)
-                if state.resumes >= self.config.decode_resumes:
-                    raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
-                                        f"{exc}; gave up after {state.resumes} resumptions") from exc
-                if len(failed) >= len(self.decode.workers):
-                    raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
-                                        f"{exc}; no other decode worker can resume the request") from exc
-                state.resumes += 1
-                RETRIES.labels("resume").inc()
-                log.warning("%s; resuming after %d tokens", exc, len(relayed))
-                request = decode_pb2.DecodeRequest(request_id=request.request_id, prompt_ids=request.prompt_ids,
-                                                   sampling=request.sampling, colocated=True,
-                                                   resume_ids=relayed)
 
     def _chunk(self, samples: list[RequestState], index: int, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:
         state = samples[index]

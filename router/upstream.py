@@ -18,6 +18,7 @@ import grpc
 from pdserve.common.server import request_metadata
 from pdserve.router.metrics import RETRIES, ROUTED
 from pdserve.router.policy import PrefillPolicy, choose_decode
+from pdserve.router.request_state import RequestState
 from pdserve.router.workers import WorkerPool
 from pdserve.v1 import decode_pb2, prefill_pb2
 
@@ -164,3 +165,39 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, time
         finally:
             worker.inflight -= 1
             call.cancel()  # no-op when finished; stops the decode sequence when the client went away
+
+
+async def resumable_decode(pool: WorkerPool, state: RequestState, request: decode_pb2.DecodeRequest, max_resumes: int,
+                           time_remaining: Callable[[], float | None],
+                           track: Callable[[grpc.aio.Call], None] = _untracked,
+                           prefer: str = "") -> AsyncIterator[decode_pb2.DecodeChunk]:
+    """One sample's decode stream; when its worker goes away mid-stream, resume on another one.
+
+    The resumed request carries every token already relayed: the new worker recomputes prompt + those tokens and
+    continues from the next one, so the client sees no gap and no duplicate (and with greedy or seeded sampling the
+    same tokens as without the fault).
+    """
+    failed: set[str] = set()
+    # every token of this sample the client has or will have: prefill's first token (already passed on) and what
+    # this stream yields (the merge may not have counted it in the state yet)
+    relayed: list[int] = list(state.output_ids)
+    while True:
+        try:
+            async for chunk in relay_decode(pool, request, time_remaining(), frozenset(failed), track,
+                                            "" if failed else prefer):
+                relayed.extend(chunk.step.token_ids)
+                yield chunk
+            return
+        except StreamInterrupted as exc:
+            failed.add(exc.target)
+            if state.resumes >= max_resumes:
+                raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
+                                    f"{exc}; gave up after {state.resumes} resumptions") from exc
+            if len(failed) >= len(pool.workers):
+                raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
+                                    f"{exc}; no other decode worker can resume the request") from exc
+            state.resumes += 1
+            RETRIES.labels("resume").inc()
+            log.warning("%s; resuming after %d tokens", exc, len(relayed))
+            request = decode_pb2.DecodeRequest(request_id=request.request_id, prompt_ids=request.prompt_ids,
+                                               sampling=request.sampling, colocated=True, resume_ids=relayed)

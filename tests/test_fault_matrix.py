@@ -5,13 +5,14 @@ import asyncio
 
 import pytest
 
-from pdserve.bench.chaos import FAULTS, format_table, make_workload, matrix_spec, run_matrix
+from pdserve.bench.chaos import FAULTS, format_table, matrix_spec, run_matrix
+from pdserve.bench.chaos_load import make_workload
 from pdserve.launcher.stack import Stack
 
 
 @pytest.fixture(scope="module")
 def matrix(tiny_model_path, tiny_runtime):
-    from pdserve.bench.chaos import fault_free
+    from pdserve.bench.chaos_load import fault_free
 
     workload = make_workload(tiny_runtime.config.vocab_size, n=8, max_tokens=16)
     with Stack(matrix_spec(str(tiny_model_path))) as stack:

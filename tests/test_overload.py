@@ -5,7 +5,8 @@ import asyncio
 import grpc
 import pytest
 
-from pdserve.bench.chaos import fault_free, held, make_workload, rss_mb, storm, wait_idle
+from pdserve.bench.chaos import held, rss_mb, wait_idle
+from pdserve.bench.chaos_load import fault_free, make_workload, storm
 from pdserve.client.client import AsyncPdserveClient
 from tests.conftest import start_stack
 from tests.helpers import scrape
