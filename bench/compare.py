@@ -32,12 +32,9 @@ from pdserve.workload.stats import summarize
 MODES = ("in_process", "disaggregated", "colocated")
 
 
-def step_wall_seconds(metrics_ports: list[int], phase: str) -> float | None:
-    """Summed wall seconds of the workers' steps of one phase so far (None when a worker has no such metric)."""
-    pages = [scrape(port) for port in metrics_ports]
-    if any(not any(name == "pdserve_step_wall_seconds_sum" for name, _ in page) for page in pages):
-        return None
-    return sum(total(page, "pdserve_step_wall_seconds_sum", phase=phase) for page in pages)
+def step_wall_seconds(metrics_ports: list[int], phase: str) -> float:
+    """Summed wall seconds of the workers' steps of one phase so far."""
+    return sum(total(scrape(port), "pdserve_step_wall_seconds_sum", phase=phase) for port in metrics_ports)
 
 
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
@@ -47,11 +44,11 @@ def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec,
 
     with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {})) as stack:
         ports = [p.metrics_port for p in (stack.decodes if colocated else stack.prefills)]
-        before: list[float | None] = []
+        before: list[float] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
             step_wall_seconds(ports, "prefill")))
         after = step_wall_seconds(ports, "prefill")
-    prefill_s = after - before[0] if after is not None and before and before[0] is not None else None
+    prefill_s = after - before[0] if before else None
     return result, prefill_s
 
 

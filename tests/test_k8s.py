@@ -14,7 +14,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip ins
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 COMPOSE = K8S.parent / "docker-compose.yml"
 KUBERNETES_VERSION = "1.30.0"  # gRPC probes are GA since 1.27
-SERVICE_MODULES = {"pdserve.kvstore": "pdserve.kvstore.server", "pdserve.prefill_server": "pdserve.prefill_server.server",
+SERVICE_MODULES = {"pdserve.kvstore": "pdserve.kvstore.main", "pdserve.prefill_server": "pdserve.prefill_server.server",
                    "pdserve.decode_server": "pdserve.decode_server.server", "pdserve.router": "pdserve.router.server"}
 
 
@@ -82,8 +82,8 @@ def test_deployments_name_images_modules_flags_ports_and_probes_that_exist():
 
 
 def test_autoscalers_scale_deployments_on_metrics_the_workers_export():
-    from pdserve.decode_server import server as decode
-    from pdserve.prefill_server import server as prefill
+    from pdserve.decode_server import metrics as decode
+    from pdserve.prefill_server import metrics as prefill
 
     exported = {m._name for m in (prefill.WAITING_TOKENS, decode.KV_USAGE, decode.WAITING)}
     names = {d["metadata"]["name"] for d in resources() if d["kind"] == "Deployment"}

@@ -36,7 +36,7 @@ def test_every_package_folder_and_data_file_is_in_the_wheel(wheel):
         rel = proto.relative_to(ROOT / "protos").as_posix()
         assert rel in names and rel.replace(".proto", "_pb2_grpc.py") in names, rel
     for data in ["pdserve/perfmodel/data/published_measurements.csv", "pdserve/perfmodel/data/calibration.json",
-                 "pdserve/client/bench/data/prompts.jsonl"]:
+                 "pdserve/workload/data/prompts.jsonl"]:
         assert data in names, data
 
 
