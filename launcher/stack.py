@@ -7,6 +7,7 @@ answers grpc.health.v1 with SERVING; ``Stack.stop()`` sends SIGTERM, waits, and 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -90,6 +91,7 @@ class Stack:
     def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False) -> None:
         self.spec = spec
         self.inherit_output = inherit_output
+        self.owns_log_dir = log_dir is None  # a directory of its own is removed at stop (logs, the stack's CA)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdserve-logs-"))
         self.processes: list[Process] = []
         self._plan()
@@ -258,6 +260,8 @@ class Stack:
                 except subprocess.TimeoutExpired:
                     p.popen.kill()
                     p.popen.wait()
+        if self.owns_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def describe(self) -> str:
         lines = []

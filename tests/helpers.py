@@ -42,3 +42,35 @@ def require_tool(tool: str, package: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def start_stack(**spec_kwargs):
+    """A stack of the given StackSpec, started (SERVING); the caller stops it."""
+    from pdserve.launcher.stack import Stack, StackSpec
+
+    return Stack(StackSpec(**spec_kwargs)).start()
+
+
+def decode_load(target: str):
+    """A decode worker's load report (GetLoad)."""
+    import grpc
+
+    from pdserve.v1 import common_pb2, decode_pb2_grpc
+
+    with grpc.insecure_channel(target) as ch:
+        return decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of the processes whose command line contains ``text`` (to check that nothing is left running)."""
+    from pathlib import Path
+
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids

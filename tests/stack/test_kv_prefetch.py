@@ -15,7 +15,7 @@ PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 SAMPLING = common_pb2.SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def stack(chunked_stack):
     return chunked_stack
 

@@ -11,21 +11,7 @@ from grpc_status import rpc_status
 
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.engine.params import SamplingParams, sample_params
-from pdserve.v1 import common_pb2, decode_pb2_grpc
-from tests.conftest import start_stack
-from tests.helpers import kv_leases, reference, scrape, wait_until
-
-
-def decode_load(target: str) -> common_pb2.WorkerLoad:
-    with grpc.insecure_channel(target) as ch:
-        return decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
-
-
-@pytest.fixture(scope="module")
-def long_stack(tiny_long_model_path):
-    stack = start_stack(model=str(tiny_long_model_path), metrics=True)
-    yield stack
-    stack.stop()
+from tests.helpers import decode_load, kv_leases, reference, scrape, start_stack, wait_until
 
 
 def test_cancel_mid_stream_frees_kv_and_leases(long_stack):

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from pdserve.kvstore.store import checksum
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
-from tests.conftest import start_stack
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 NAMES_A_FIELD = re.compile(r"^((prefill|decode|kv|kvstore): )?[a-z_][a-z_0-9.\[\]]*: ")
@@ -25,11 +24,9 @@ KNOWN = router_pb2.GenerateRequest(token_ids=router_pb2.TokenIds(ids=list(range(
                                    sampling=common_pb2.SamplingParams(max_tokens=6, temperature=0.0))
 
 
-@pytest.fixture(scope="module")
-def stack(tiny_model_path):
-    stack = start_stack(model=str(tiny_model_path), fault_injection=True)
-    yield stack
-    stack.stop()
+@pytest.fixture
+def stack(tiny_stack):
+    return tiny_stack
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="PyYAML comes with the test extra (podman-compose)")
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[test]'")
 
-K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 COMPOSE = K8S.parent / "docker-compose.yml"
 KUBERNETES_VERSION = "1.30.0"  # gRPC probes are GA since 1.27
 SERVICE_MODULES = {"pdserve.kvstore": "pdserve.kvstore.main", "pdserve.prefill_server": "pdserve.prefill_server.server",

@@ -15,8 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from pdserve.engine.gguf_model import ModelLoadError, load_gguf
+from tests.helpers import processes_mentioning
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pdserve(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -40,18 +41,6 @@ def test_perf_rejects_unknown_hardware():
     assert out.returncode == 2 and "TPU-v9" in out.stderr
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 def test_up_serves_then_stops_every_process_on_sigterm(tiny_model_path, tmp_path):
     model = tmp_path / "up-test-model.gguf"  # a unique path to find this stack's processes by
     model.write_bytes(Path(tiny_model_path).read_bytes())
@@ -64,13 +53,13 @@ def test_up_serves_then_stops_every_process_on_sigterm(tiny_model_path, tmp_path
             if line.startswith("try:"):
                 break
         router = next(line.split()[1] for line in lines if line.startswith("router"))
-        assert len(_processes_mentioning(str(model))) == 4  # kvstore, prefill, decode, router
+        assert len(processes_mentioning(str(model))) == 4  # kvstore, prefill, decode, router
         with grpc.insecure_channel(router) as ch:
             status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
             assert status == health_pb2.HealthCheckResponse.SERVING
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        assert _processes_mentioning(str(model)) == []
+        assert processes_mentioning(str(model)) == []
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -10,7 +10,7 @@ import pytest
 
 from pdserve.cli.main import main as pdserve_main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -19,13 +19,9 @@ def pdserve(*args: str) -> subprocess.CompletedProcess:
                           timeout=180)
 
 
-@pytest.fixture(scope="module")
-def stack(tiny_model_path):
-    from tests.conftest import start_stack
-
-    s = start_stack(model=str(tiny_model_path))
-    yield s
-    s.stop()
+@pytest.fixture
+def stack(tiny_stack):
+    return tiny_stack
 
 
 def test_real_stack_result_json(stack, tmp_path, capsys):

@@ -15,21 +15,16 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.v1 import router_pb2, router_pb2_grpc
-from tests.conftest import start_stack
-from tests.helpers import kv_leases, scrape, wait_until
-from tests.test_cli import _processes_mentioning
-from tests.test_services_faults import decode_load
+from tests.helpers import decode_load, kv_leases, processes_mentioning, scrape, start_stack, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 4096  # the tiny long model's
 CHAT = [{"role": "user", "content": "the end of the thing"}]
 
 
-@pytest.fixture(scope="module")
-def stack(tiny_long_model_path):
-    stack = start_stack(model=str(tiny_long_model_path), http_port=0, metrics=True)
-    yield stack
-    stack.stop()
+@pytest.fixture
+def stack(long_stack):
+    return long_stack
 
 
 @pytest.fixture(scope="module")
@@ -341,12 +336,12 @@ def test_pdserve_up_http_port(tiny_model_path, tmp_path):
         url = lines[-1].split()[2]
         router = next(line.split()[1] for line in lines if line.startswith("router"))
         edge_cmdline = "openai_server\0--router\0" + router
-        assert url.endswith("/v1") and len(_processes_mentioning(edge_cmdline)) == 1
+        assert url.endswith("/v1") and len(processes_mentioning(edge_cmdline)) == 1
         r = httpx.post(url + "/completions", json={"prompt": "the end", "max_tokens": 2})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        assert _processes_mentioning(str(model)) == [] and _processes_mentioning(edge_cmdline) == []
+        assert processes_mentioning(str(model)) == [] and processes_mentioning(edge_cmdline) == []
     finally:
         if proc.poll() is None:
             proc.kill()

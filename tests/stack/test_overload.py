@@ -8,8 +8,7 @@ import pytest
 from pdserve.bench.chaos import held, rss_mb, wait_idle
 from pdserve.bench.chaos_load import fault_free, make_workload, storm
 from pdserve.client.client import AsyncPdserveClient
-from tests.conftest import start_stack
-from tests.helpers import scrape
+from tests.helpers import scrape, start_stack
 
 MAX_INFLIGHT = 8
 RSS_BOUND_MB = 64  # growth of any process's resident memory across a storm, after a first storm warmed it up

@@ -24,7 +24,7 @@ from pdserve.launcher.stack import METRICS_OFFSETS
 from tests.helpers import require_tool, wait_until
 from tests.prom import Prometheus, alert_subject, query
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"
 sys.path.insert(0, str(DEPLOY / "grafana"))
@@ -135,7 +135,9 @@ def test_every_dashboard_and_alert_expression_returns_data(prometheus_on_stack):
             client.complete(token_ids=list(range(3, 40 + i % 3)), max_tokens=6, temperature=0)
     wait_until(lambda: query(prom.url, "sum(pdserve_request_success_total)")[0]["value"][1] == "6", 30,
                "Prometheus scraped all 6 finished requests")
-    time.sleep(2)  # two more scrapes: every rate() window holds samples from before and after the load
+    loaded_at = time.time()  # two more scrapes of every target: each rate() window holds samples after the load
+    wait_until(lambda: float(query(prom.url, 'min(timestamp(up{job=~"pdserve.*"}))')[0]["value"][1]) > loaded_at + 1,
+               30, "two scrapes of every target after the load")
     board = make_dashboard.dashboard()
     empty, not_finite = [], []
     for expr in make_dashboard.expressions(board):

@@ -8,8 +8,7 @@ from pdserve.engine.params import SamplingParams
 from pdserve.engine.runtime import Runtime
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import TimingModel
-from tests.conftest import start_stack
-from tests.helpers import scrape
+from tests.helpers import scrape, start_stack
 
 DEFAULT_TIMING = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang")
 

@@ -16,7 +16,7 @@ from pdserve.launcher.stack import free_port
 from pdserve.router.workers import decode_pool, is_discovered, split_target
 from pdserve.v1 import common_pb2
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_names_are_discovered_and_addresses_are_fixed():

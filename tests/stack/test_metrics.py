@@ -13,8 +13,7 @@ from pdserve.client.client import PdserveClient
 from pdserve.common.metrics import MODELED_REQUEST_BUCKETS, MODELED_STEP_BUCKETS, RPC_BUCKETS
 from pdserve.launcher.prometheus_config import scrape_config
 from pdserve.launcher.stack import Stack, StackSpec, metrics_port_for
-from tests.conftest import start_stack
-from tests.helpers import require_tool, scrape
+from tests.helpers import require_tool, scrape, start_stack
 
 
 def bucket_of(buckets, value: float) -> int:

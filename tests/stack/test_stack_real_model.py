@@ -4,8 +4,7 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.engine.params import SamplingParams
-from tests.conftest import start_stack
-from tests.helpers import reference
+from tests.helpers import reference, start_stack
 
 pytestmark = pytest.mark.real_model
 

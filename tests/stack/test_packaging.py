@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOP_LEVEL_FOLDERS = ["client", "common", "decode_server", "engine", "kvstore", "openai_server", "perfmodel",
                      "prefill_server", "router", "sim"]
 

@@ -12,8 +12,7 @@ from pdserve.engine.params import SamplingParams
 from pdserve.kvstore import shm
 from pdserve.kvstore.client import BlockData, KVIntegrityError, KVStoreClient
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
-from tests.conftest import start_stack
-from tests.helpers import reference
+from tests.helpers import reference, start_stack
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="no writable /dev/shm")
 

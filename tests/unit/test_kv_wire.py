@@ -1,12 +1,10 @@
 """The KV hand-off's wire path: data messages that skip the protobuf runtime yet stay protobuf on the wire, blocks
 kept as the messages that carried them, and ``pdserve bench kv``'s table."""
 
-import asyncio
 import zlib
 
 import pytest
 
-from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.store import BlockStore, checksum
 from pdserve.kvstore.wire import (
     CHUNK_BYTES,
@@ -19,7 +17,7 @@ from pdserve.kvstore.wire import (
     encode_block,
     encode_data,
 )
-from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+from pdserve.v1 import kvstore_pb2
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 16384, CHUNK_BYTES])
@@ -96,83 +94,3 @@ def test_store_keeps_wire_blocks_and_catches_their_corruption():
     assert "k" not in store.blocks and store.bytes_used == 0
 
 
-def test_generated_stub_and_fast_client_interoperate(tiny_kvstore):
-    """A plain protobuf client (here with lease and data in one message, off the fast path) and the kvstore client
-    read each other's blocks."""
-    import grpc
-
-    tiny_kvstore = tiny_kvstore[0]
-
-    async def scenario():
-        data = bytes(range(200)) * 10_000  # two data messages
-        async with grpc.aio.insecure_channel(tiny_kvstore) as ch:
-            stub = kvstore_pb2_grpc.KVStoreStub(ch)
-            header = kvstore_pb2.BlockHeader(key="plain", token_count=16, nbytes=len(data), crc32=zlib.crc32(data))
-            reply = await stub.Put(iter([kvstore_pb2.PutChunk(header=header, lease_id="wire", lease_ttl_s=30),
-                                         kvstore_pb2.PutChunk(data=data[:CHUNK_BYTES], lease_id="x"),
-                                         kvstore_pb2.PutChunk(data=data[CHUNK_BYTES:])]))
-            assert reply.stored == 1
-            kv = KVStoreClient([tiny_kvstore])
-            try:
-                [got] = await kv.get(["plain"])
-                assert bytes(got.data) == data
-                await kv.put([BlockData("fast", 16, data)])
-            finally:
-                await kv.close()
-            chunks = [c async for c in stub.Get(kvstore_pb2.GetRequest(keys=["fast"]))]
-            assert chunks[0].header.nbytes == len(data) and b"".join(c.data for c in chunks[1:]) == data
-
-    asyncio.run(scenario())
-
-
-@pytest.fixture(scope="module")
-def tiny_kvstore():
-    from pdserve.launcher.stack import Stack, StackSpec
-
-    stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=16))
-    stack.start(60)
-    yield [p.target for p in stack.kvstores]
-    stack.stop()
-
-
-def test_blocks_reach_on_block_in_key_order_across_shards(tiny_kvstore):
-    blocks = [BlockData(f"order-{i}", 1, bytes([i]) * (1000 + i)) for i in range(12)]
-
-    async def scenario():
-        kv = KVStoreClient(tiny_kvstore)
-        try:
-            await kv.put(blocks)
-            assert {kv.shard_of(b.key) for b in blocks} == {0, 1}
-            seen = []
-            got = await kv.get([b.key for b in blocks], on_block=seen.append)
-            assert [b.key for b in seen] == [b.key for b in blocks] == [b.key for b in got]
-            assert [bytes(b.data) for b in seen] == [b.data for b in blocks]
-        finally:
-            await kv.close()
-
-    asyncio.run(scenario())
-
-
-def test_bench_kv_prints_its_table(capsys):
-    """At a tiny size: the table's shape and its figures' consistency, never their values."""
-    from pdserve.cli.main import main
-
-    assert main(["bench", "kv", "--total-mb", "0.25", "--block-kb", "64", "--streams", "1,2", "--repeat", "1"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].startswith("kvstore hand-off")
-    assert lines[1].split()[:4] == ["op", "streams", "MB", "kvstore"]
-    rows = [line.split() for line in lines[2:]]
-    assert [(r[0], r[1]) for r in rows] == [("put", "1"), ("put", "2"), ("get", "1"), ("get", "2")]
-    for r in rows:
-        kv, bare, memcpy, ratio = (float(x) for x in r[3:7])
-        assert kv > 0 and bare > 0 and memcpy > 0
-        assert ratio == pytest.approx(kv / bare, rel=0.05, abs=0.01)
-
-
-def test_bench_kv_rejects_bad_flags(capsys):
-    from pdserve.cli.main import main
-
-    assert main(["bench", "kv", "--total-mb", "0"]) == 2
-    assert "--total-mb" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["bench", "kv", "--streams", "0"])

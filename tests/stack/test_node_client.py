@@ -11,7 +11,7 @@ import pytest
 from pdserve.client.client import PdserveClient
 from tests.helpers import require_tool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"
 
 

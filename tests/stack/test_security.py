@@ -9,8 +9,7 @@ import pytest
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.common.certs import make_ca
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
-from tests.conftest import start_stack
-from tests.helpers import scrape
+from tests.helpers import scrape, start_stack
 
 TOKEN = "s3cret-token-7f2c"
 PROMPT = list(range(3, 30))
@@ -126,7 +125,7 @@ def test_bad_tls_paths_stop_the_service_naming_the_flag(tmp_path):
 
     out = subprocess.run([sys.executable, "-m", "pdserve.kvstore", "--port", "0", "--tls-cert", str(tmp_path / "none.pem"),
                           "--tls-key", str(tmp_path / "none.key")], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.returncode != 0 and "--tls-cert" in out.stderr and "Traceback" not in out.stderr
 
 

@@ -17,8 +17,7 @@ from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.engine.params import SamplingParams
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.conftest import start_stack
-from tests.helpers import kv_leases, reference, scrape, wait_until
+from tests.helpers import kv_leases, reference, scrape, start_stack, wait_until
 
 SLOW_DECODE = ["--pace", "realtime", "--time-scale", "8"]  # >= ~200 ms per decode step
 PROMPT = list(range(3, 40))

@@ -1,0 +1,36 @@
+"""Stacks shared by the stack tests: one per session where the tests only read (send requests, read metrics); a test
+that kills, restarts or reconfigures a process starts its own with tests.helpers.start_stack."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import start_stack
+
+CHUNK = 32  # the chunked stack's prefill --max-num-batched-tokens: a 100-token prompt takes 4 steps
+
+
+@pytest.fixture(scope="session")
+def tiny_stack(tiny_model_path):
+    """kvstore + 1 prefill + 1 decode + router on the tiny model, with metrics and fault injection on."""
+    stack = start_stack(model=str(tiny_model_path), metrics=True, fault_injection=True)
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def chunked_stack(tiny_model_path):
+    """The tiny model's stack with prefill in chunks of CHUNK tokens: each chunk's blocks stored as it finishes."""
+    stack = start_stack(model=str(tiny_model_path), metrics=True,
+                        extra={"prefill": ["--max-num-batched-tokens", str(CHUNK)]})
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def long_stack(tiny_long_model_path):
+    """The tiny model with a 4,096-token context, metrics and the OpenAI edge; 200 KV blocks (3,200 tokens) in decode:
+    a long request fits, one of 4,000 new tokens never does."""
+    stack = start_stack(model=str(tiny_long_model_path), metrics=True, kv_blocks=200, http_port=0)
+    yield stack
+    stack.stop()
