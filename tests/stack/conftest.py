@@ -1,5 +1,6 @@
 """Stacks shared by the stack tests: one per session where the tests only read (send requests, read metrics); a test
-that kills, restarts or reconfigures a process starts its own with tests.helpers.start_stack."""
+that kills, restarts or reconfigures a process, or leaves state behind (leases to expire), starts its own with
+tests.helpers.start_stack or a module fixture."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ def tiny_stack(tiny_model_path):
     stack.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chunked_stack(tiny_model_path):
-    """The tiny model's stack with prefill in chunks of CHUNK tokens: each chunk's blocks stored as it finishes."""
+    """The tiny model's stack with prefill in chunks of CHUNK tokens: each chunk's blocks stored as it finishes (one per
+    module: its tests leave leases to expire)."""
     stack = start_stack(model=str(tiny_model_path), metrics=True,
                         extra={"prefill": ["--max-num-batched-tokens", str(CHUNK)]})
     yield stack
@@ -29,8 +31,7 @@ def chunked_stack(tiny_model_path):
 
 @pytest.fixture(scope="session")
 def long_stack(tiny_long_model_path):
-    """The tiny model with a 4,096-token context, metrics and the OpenAI edge; 200 KV blocks (3,200 tokens) in decode:
-    a long request fits, one of 4,000 new tokens never does."""
-    stack = start_stack(model=str(tiny_long_model_path), metrics=True, kv_blocks=200, http_port=0)
+    """The tiny model with a 4,096-token context, metrics and the OpenAI edge."""
+    stack = start_stack(model=str(tiny_long_model_path), metrics=True, http_port=0)
     yield stack
     stack.stop()

@@ -19,7 +19,7 @@ def pdserve(*args: str) -> subprocess.CompletedProcess:
                           timeout=180)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stack(tiny_stack):
     return tiny_stack
 

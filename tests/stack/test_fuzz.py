@@ -24,7 +24,7 @@ KNOWN = router_pb2.GenerateRequest(token_ids=router_pb2.TokenIds(ids=list(range(
                                    sampling=common_pb2.SamplingParams(max_tokens=6, temperature=0.0))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stack(tiny_stack):
     return tiny_stack
 

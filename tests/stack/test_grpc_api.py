@@ -11,7 +11,7 @@ from grpc_status import rpc_status
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.engine.llm_engine import LLMEngine
 from pdserve.engine.params import InvalidParameter, SamplingParams, sample_params
-from tests.helpers import decode_load, kv_leases, scrape, wait_until
+from tests.helpers import decode_load, kv_leases, scrape, start_stack, wait_until
 
 PROMPT = [1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58]
 
@@ -68,9 +68,12 @@ def test_limits_name_the_field(field, value):
     assert err.value.field == field
 
 
-@pytest.fixture
-def stack(long_stack):
-    return long_stack
+@pytest.fixture(scope="module")
+def stack(tiny_long_model_path):
+    """200 KV blocks (3,200 tokens) in decode: a long request fits, one of 4,000 new tokens never does."""
+    stack = start_stack(model=str(tiny_long_model_path), metrics=True, kv_blocks=200)
+    yield stack
+    stack.stop()
 
 
 @pytest.fixture(scope="module")

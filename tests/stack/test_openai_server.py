@@ -22,7 +22,7 @@ CONTEXT = 4096  # the tiny long model's
 CHAT = [{"role": "user", "content": "the end of the thing"}]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stack(long_stack):
     return long_stack
 

@@ -16,6 +16,10 @@ from tests.helpers import decode_load, kv_leases, reference, scrape, start_stack
 
 def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
     decode = long_stack.decodes[0]
+    before = scrape(decode.metrics_port)
+    aborts, lengths = (before.get(("pdserve_decode_requests_total", (("finished_reason", reason),)), 0.0)
+                       for reason in ("abort", "length"))
+    router_before = router_aborts(long_stack)
 
     async def cancel_after_three_chunks():
         async with AsyncPdserveClient(long_stack.router_target) as client:
@@ -34,14 +38,16 @@ def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
     assert load.kv_blocks_used == 0 and load.waiting == 0
     assert kv_leases(long_stack) == 0
     metrics = scrape(decode.metrics_port)
-    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == 1
-    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "length"),))] == 0
+    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == aborts + 1
+    assert metrics[("pdserve_decode_requests_total", (("finished_reason", "length"),))] == lengths
     # the router counts the request it never finished as an abort, under the served model's name
-    def router_aborts() -> list[float]:
-        return [v for (name, labels), v in scrape(long_stack.router.metrics_port).items()
-                if name == "pdserve_request_success_total" and ("finished_reason", "abort") in labels
-                and dict(labels)["model_name"]]
-    wait_until(lambda: router_aborts() == [1.0], what="router abort counted")
+    wait_until(lambda: router_aborts(long_stack) == router_before + 1, what="router abort counted")
+
+
+def router_aborts(stack) -> float:
+    return sum(v for (name, labels), v in scrape(stack.router.metrics_port).items()
+               if name == "pdserve_request_success_total" and ("finished_reason", "abort") in labels
+               and dict(labels)["model_name"])
 
 
 def test_router_refuses_when_full(tiny_long_model_path):
