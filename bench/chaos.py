@@ -11,7 +11,8 @@ the right answer is known), and once the load stops the stack is checked for wha
 - ``leaked_leases`` (kvstore leases), ``leaked_blocks`` (KV blocks decode workers hold) and ``leaked_inflight``
   (router requests in flight) once the stack is idle again, waited for up to the lease TTL.
 
-``pdserve bench chaos`` starts a stack and prints the table; tests/stack/test_fault_matrix.py runs it small; bench/chaos_load.py sends the load.
+``pdserve bench chaos`` starts a stack and prints the table; tests/stack/test_fault_matrix.py runs it small;
+bench/chaos_load.py sends the load.
 """
 
 from __future__ import annotations
