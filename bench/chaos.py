@@ -152,7 +152,7 @@ def run_matrix(stack: Stack, workload: Workload, faults: list[str], concurrency:
         if name not in FAULTS:
             raise ValueError(f"fault: {name!r} is not one of {', '.join(FAULTS)}")
         row = asyncio.run(_run_one(stack, name, workload, concurrency, before_s, after_s))
-        row.leaked_leases, row.leaked_blocks, row.leaked_inflight = wait_idle(stack, LEASE_TTL_S + 10)
+        row.leaked = wait_idle(stack, LEASE_TTL_S + 10)
         rows.append(row)
         progress(row)
     return rows
@@ -163,7 +163,7 @@ def format_table(rows: list[Row]) -> str:
              "|---|" + "---|" * (len(COLUMNS) + 1)]
     for r in rows:
         codes = ", ".join(f"{c} {n}" for c, n in sorted(r.codes.items())) or "-"
-        lines.append(f"| {r.fault} | " + " | ".join(str(getattr(r, c)) for c in COLUMNS) + f" | {codes} |")
+        lines.append(f"| {r.fault} | " + " | ".join(str(r.column(c)) for c in COLUMNS) + f" | {codes} |")
     return "\n".join(lines)
 
 
@@ -174,7 +174,7 @@ def storm_report(stack: Stack, workload: Workload, n: int, concurrency: int) -> 
     wait_idle(stack, LEASE_TTL_S + 10)
     before = {p.name: rss_mb(p.popen.pid) for p in stack.processes}
     row = asyncio.run(storm(stack.router_target, workload, n, concurrency, 1 / 3, seed=2))
-    row.leaked_leases, row.leaked_blocks, row.leaked_inflight = wait_idle(stack, LEASE_TTL_S + 10)
+    row.leaked = wait_idle(stack, LEASE_TTL_S + 10)
     return row, max(rss_mb(p.popen.pid) - before[p.name] for p in stack.processes)
 
 
@@ -194,7 +194,7 @@ def run_chaos(model: str | None, faults: list[str], concurrency: int, prompts: i
         print(f"fault-free answers for {prompts} prompts taken; {concurrency} clients, fault after {before_s:g}s, "
               f"load for {after_s:g}s more", flush=True)
         rows = run_matrix(stack, workload, faults, concurrency, before_s, after_s,
-                          progress=lambda r: print(f"  {r.fault}: {r.sent} sent, {r.correct} correct", flush=True))
+                          progress=lambda r: print(f"  {r.fault}: {r.sent} sent, {r.answers['correct']} correct", flush=True))
         if storm_requests:
             row, growth = storm_report(stack, workload, storm_requests, concurrency)
             row.fault = f"cancel_storm ({storm_requests} requests)"

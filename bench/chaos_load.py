@@ -13,33 +13,37 @@ import grpc
 
 from pdserve.client.client import AsyncPdserveClient
 
-COLUMNS = ("sent", "correct", "cancelled", "failed_clean", "lost", "duplicated", "wrong", "leaked_leases",
-           "leaked_blocks", "leaked_inflight", "resumed", "kv_recomputed")
+ANSWERS = ("correct", "cancelled", "failed_clean", "lost", "duplicated", "wrong")  # what became of each request
+LEAKS = ("leaked_leases", "leaked_blocks", "leaked_inflight")  # what the stack still holds once idle
+COLUMNS = ("sent", *ANSWERS, *LEAKS, "resumed", "kv_recomputed")
 
 
 @dataclass
 class Row:
+    """One fault's outcome. ``answers``: requests by what became of them (``correct``: the whole answer, token for
+    token; ``cancelled``: by the client on purpose; ``failed_clean``: a gRPC status after a correct prefix; ``lost``: no
+    answer within the deadline; ``duplicated``: more tokens than the answer has; ``wrong``: anything else)."""
+
     fault: str
     sent: int = 0
-    correct: int = 0
-    cancelled: int = 0
-    failed_clean: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    wrong: int = 0
-    leaked_leases: int = 0
-    leaked_blocks: int = 0
-    leaked_inflight: int = 0
+    answers: Counter = field(default_factory=Counter)
+    leaked: tuple[int, int, int] = (0, 0, 0)  # kvstore leases, decode blocks + sequences, router requests in flight
     resumed: int = 0  # streams moved to another decode worker mid-stream (the router's count)
     kv_recomputed: int = 0  # prompts a decode worker recomputed because their KV could not be fetched
     codes: Counter = field(default_factory=Counter)  # status codes of the clean failures
     errors: Counter = field(default_factory=Counter)  # "CODE: details" of every failure, for the record
 
+    def column(self, name: str) -> int:
+        if name in ANSWERS:
+            return self.answers[name]
+        if name in LEAKS:
+            return self.leaked[LEAKS.index(name)]
+        return getattr(self, name)
+
     @property
     def ok(self) -> bool:
         """Nothing lost, duplicated, wrong or leaked."""
-        return not (self.lost or self.duplicated or self.wrong or self.leaked_leases or self.leaked_blocks
-                    or self.leaked_inflight)
+        return not (self.answers["lost"] or self.answers["duplicated"] or self.answers["wrong"] or any(self.leaked))
 
 
 @dataclass
@@ -84,29 +88,29 @@ async def send_one(client: AsyncPdserveClient, workload: Workload, i: int, row: 
     except asyncio.CancelledError:
         if cancel is None or not call.cancelled():
             raise
-        row.cancelled += 1
+        row.answers["cancelled"] += 1
         return True
     except grpc.aio.AioRpcError as err:
         row.errors[f"{err.code().name}: {err.details()}"[:160]] += 1
         if err.code() == grpc.StatusCode.CANCELLED and cancel is not None:
-            row.cancelled += 1
+            row.answers["cancelled"] += 1
         elif err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            row.lost += 1
+            row.answers["lost"] += 1
         elif ids == expected[:len(ids)]:
-            row.failed_clean += 1
+            row.answers["failed_clean"] += 1
             row.codes[err.code().name] += 1
         else:
-            row.wrong += 1
+            row.answers["wrong"] += 1
         return False
     finally:
         if cancel is not None:
             cancel.cancel()
     if ids == expected:
-        row.correct += 1
+        row.answers["correct"] += 1
     elif len(ids) > len(expected):
-        row.duplicated += 1
+        row.answers["duplicated"] += 1
     else:
-        row.wrong += 1
+        row.answers["wrong"] += 1
     return True
 
 

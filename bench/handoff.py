@@ -18,6 +18,7 @@ import numpy as np
 
 from pdserve.client.client import PdserveClient
 from pdserve.launcher.stack import Stack, StackSpec
+from pdserve.workload.report import fixed_width
 
 SHM = {"kvstore": ["--kv-shm"], "prefill": ["--kv-shm"], "decode": ["--kv-shm"]}
 MODES: dict[str, dict[str, list[str]]] = {
@@ -81,11 +82,9 @@ def stack_vocab(model: str | None) -> int:
 
 
 def format_handoff(rows: list[HandoffRow], prompt_len: int, chunk_tokens: int) -> str:
-    lines = [f"KV hand-off in the stack: {prompt_len}-token prompts prefilled in chunks of {chunk_tokens} tokens, "
-             "one request at a time, means in ms",
-             f"{'mode':<16} {'requests':>8} {'TTFT':>8} {'kv store':>9} {'1st->2nd token':>15} {'kv fetch':>9} "
-             f"{'prefill end->2nd token':>23}"]
-    for r in rows:
-        lines.append(f"{r.mode:<16} {r.requests:>8} {r.ttft_ms:>8.1f} {r.kv_store_ms:>9.1f} {r.first_gap_ms:>15.1f} "
-                     f"{r.kv_fetch_ms:>9.1f} {r.prefill_end_to_second_ms:>23.1f}")
-    return "\n".join(lines)
+    columns = [("mode", "<16"), ("requests", ">8"), ("TTFT", ">8.1f"), ("kv store", ">9.1f"), ("1st->2nd token", ">15.1f"),
+               ("kv fetch", ">9.1f"), ("prefill end->2nd token", ">23.1f")]
+    table = fixed_width(columns, [(r.mode, r.requests, r.ttft_ms, r.kv_store_ms, r.first_gap_ms, r.kv_fetch_ms,
+                                   r.prefill_end_to_second_ms) for r in rows])
+    return "\n".join([f"KV hand-off in the stack: {prompt_len}-token prompts prefilled in chunks of {chunk_tokens} "
+                      "tokens, one request at a time, means in ms", *table])

@@ -13,6 +13,7 @@ from pdserve.common.scrape import scrape, total
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.workload.datasets import BenchRequest
 from pdserve.workload.record import LoadSpec, Sampling
+from pdserve.workload.report import fixed_width
 
 
 def _decode_step_stats(port: int) -> tuple[float, float, float]:
@@ -57,13 +58,12 @@ def run_pacing_bench(concurrencies=(1, 16, 64), prompt_len: int = 256, output_le
 
 
 def format_pacing(rows: list[dict], time_scale: float) -> str:
-    lines = [f"synthetic backend, --pace realtime --time-scale {time_scale:g}, modeled deepseek-r1 on 8 x H20-141G",
-             f"{'concurrency':>11} {'mean batch':>10} {'modeled step ms':>15} {'modeled TPOT ms':>15} "
-             f"{'wall TPOT ms':>12} {'wall/modeled':>12}"]
-    for r in rows:
-        lines.append(f"{r['concurrency']:>11} {r['mean_decode_batch']:>10.1f} {r['mean_modeled_step_s'] * 1e3:>15.2f} "
-                     f"{r['modeled_tpot_s'] * 1e3:>15.2f} {r['wall_tpot_s'] * 1e3:>12.2f} {r['ratio']:>12.3f}")
-    return "\n".join(lines)
+    columns = [("concurrency", ">11"), ("mean batch", ">10.1f"), ("modeled step ms", ">15.2f"),
+               ("modeled TPOT ms", ">15.2f"), ("wall TPOT ms", ">12.2f"), ("wall/modeled", ">12.3f")]
+    table = fixed_width(columns, [(r["concurrency"], r["mean_decode_batch"], r["mean_modeled_step_s"] * 1e3,
+                                   r["modeled_tpot_s"] * 1e3, r["wall_tpot_s"] * 1e3, r["ratio"]) for r in rows])
+    return "\n".join([f"synthetic backend, --pace realtime --time-scale {time_scale:g}, modeled deepseek-r1 on "
+                      "8 x H20-141G", *table])
 
 
 def add_args(p) -> None:

@@ -60,6 +60,20 @@ def format_table(kind: str, points: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _save(plt, fig, axes, log_scale: bool, path: Path) -> Path:
+    """Grid and legend on every axis (log scale when both clocks are drawn: they can be orders of magnitude apart),
+    then the figure to ``path``."""
+    for ax in axes:
+        if log_scale:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_sweep(kind: str, points: list[dict], out_dir: str | Path) -> list[Path]:
     import matplotlib
 
@@ -81,14 +95,7 @@ def plot_sweep(kind: str, points: list[dict], out_dir: str | Path) -> list[Path]
                 ax.plot(x, [s[f"modeled_{stat}_{metric}_ms"] for s in sums], "s--", color=color,
                         label=f"{stat} modeled")
         ax.set(title=title, xlabel=LABELS[kind], ylabel="ms")
-        if modeled:
-            ax.set_yscale("log")  # the two clocks can be orders of magnitude apart
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "latency.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(_save(plt, fig, axes, modeled, out / "latency.png"))
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for clock, style, prefix in (("wall", "o-", ""), ("modeled", "s--", "modeled_")):
@@ -102,15 +109,7 @@ def plot_sweep(kind: str, points: list[dict], out_dir: str | Path) -> list[Path]
         ax2.plot(x, [s[f"{prefix}output_throughput"] for s in sums], style, color="tab:purple", label=clock)
     ax1.set(title="requests per second", xlabel=LABELS[kind], ylabel="req/s")
     ax2.set(title="output tokens per second", xlabel=LABELS[kind], ylabel="tok/s")
-    for ax in (ax1, ax2):
-        if modeled:
-            ax.set_yscale("log")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "throughput.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(_save(plt, fig, (ax1, ax2), modeled, out / "throughput.png"))
 
     rows = (("wall", wall_values),) + ((("modeled", modeled_values),) if modeled else ())
     fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False)

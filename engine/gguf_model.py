@@ -66,11 +66,9 @@ class ModelConfig:
 
 @dataclass
 class LayerWeights:
-    attn_norm: np.ndarray  # [hidden]; already folded into wqkv, kept for reference
-    wqkv: np.ndarray  # [hidden, (n_heads + 2 * n_kv_heads) * head_dim]
+    wqkv: np.ndarray  # [hidden, (n_heads + 2 * n_kv_heads) * head_dim]; the attention norm's gain folded in
     wo: np.ndarray  # [n_heads * head_dim, hidden]
-    ffn_norm: np.ndarray  # [hidden]; already folded into w_gate_up
-    w_gate_up: np.ndarray  # [hidden, 2 * ffn_hidden]
+    w_gate_up: np.ndarray  # [hidden, 2 * ffn_hidden]; the FFN norm's gain folded in
     w_down: np.ndarray  # [ffn_hidden, hidden]
 
 
@@ -191,14 +189,11 @@ def load_gguf(path: str | Path) -> LoadedModel:
             axis=1,
         )
         w_gate_up = np.concatenate([input_major(p + "ffn_gate.weight"), input_major(p + "ffn_up.weight")], axis=1)
-        attn_norm, ffn_norm = get(p + "attn_norm.weight"), get(p + "ffn_norm.weight")
         layers.append(
             LayerWeights(
-                attn_norm=attn_norm,
-                wqkv=wqkv * attn_norm[:, None],
+                wqkv=wqkv * get(p + "attn_norm.weight")[:, None],
                 wo=input_major(p + "attn_output.weight"),
-                ffn_norm=ffn_norm,
-                w_gate_up=w_gate_up * ffn_norm[:, None],
+                w_gate_up=w_gate_up * get(p + "ffn_norm.weight")[:, None],
                 w_down=input_major(p + "ffn_down.weight"),
             )
         )

@@ -74,15 +74,6 @@ class Validation:
     def within_goal(self) -> bool:
         return self.error is not None and abs(self.error) <= GOAL
 
-    # kept for the measured_s / predicted_s readers of the old table
-    @property
-    def measured_s(self) -> float:
-        return self.measured
-
-    @property
-    def predicted_s(self) -> float | None:
-        return self.predicted
-
 
 def _gpu_name(hardware: str) -> str:
     h = hardware.upper()

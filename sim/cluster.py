@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pdserve.engine.kv_budget import KVBudgetExceeded
 from pdserve.engine.scheduler import Role, SchedulerConfig
@@ -77,9 +77,6 @@ class SimResult:
     duration_s: float  # virtual: first arrival to last finish
     wall_s: float
     events: int
-    prefix_queried_tokens: int = 0
-    prefix_hit_tokens: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class Cluster:
@@ -150,8 +147,7 @@ class Cluster:
         end = self.clock.run()
         first = min((s.scheduled_s for s in self.sequences), default=0.0)
         return SimResult(self.spec, self.sequences, self.failed, self.instances, end - first,
-                         time.perf_counter() - started, self.clock.processed, self.prefix.queried_tokens,
-                         self.prefix.hit_tokens)
+                         time.perf_counter() - started, self.clock.processed)
 
     # --- the client ---------------------------------------------------------------------------------------------------
     def _arrive(self, seq: SimSequence) -> None:

@@ -17,29 +17,21 @@ from pdserve.perfmodel.deployment import Deployment
 from pdserve.router.workers import Worker as RouterWorker
 from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
 from pdserve.sim.steptime import StepTimer
-
-
-@dataclass
-class Load:
-    """The fields of common_pb2.WorkerLoad the router's policies read, taken live from the scheduler."""
-
-    waiting: int = 0
-    running: int = 0
-    waiting_tokens: int = 0
-    kv_blocks_used: int = 0
-    kv_blocks_total: int = 0
+from pdserve.v1 import common_pb2
 
 
 @dataclass
 class InstanceStats:
+    """What an instance did: one row per step and per KV transfer, and the totals."""
+
+    # one row per step: (start, duration, queued (waiting, not in this step), running, kv blocks used)
+    trace: list[tuple[float, float, int, int, int]] = field(default_factory=list)
+    transfers: list[tuple[float, float]] = field(default_factory=list)  # (time sent, bytes)
     steps: int = 0
     busy_s: float = 0.0
     prefill_tokens: int = 0
     decode_tokens: int = 0
     transfer_bytes: float = 0.0  # KV sent from this instance
-    # one row per step: (start, duration, queued (waiting, not in this step), running, kv blocks used)
-    trace: list[tuple[float, float, int, int, int]] = field(default_factory=list)
-    transfers: list[tuple[float, float]] = field(default_factory=list)  # (time sent, bytes)
 
 
 class Instance:
@@ -63,10 +55,12 @@ class Instance:
         self.recent_keys: OrderedDict = OrderedDict()
 
     @property
-    def load(self) -> Load:
+    def load(self) -> common_pb2.WorkerLoad:
+        """What a worker's GetLoad answers (the fields the router's policies read), taken live from the scheduler."""
         s = self.scheduler
-        return Load(len(s.waiting), len(s.running), s.pending_tokens, s.budget.used if s.budget else 0,
-                    s.budget.total_blocks if s.budget else 0)
+        return common_pb2.WorkerLoad(waiting=len(s.waiting), running=len(s.running), waiting_tokens=s.pending_tokens,
+                                     kv_blocks_used=s.budget.used if s.budget else 0,
+                                     kv_blocks_total=s.budget.total_blocks if s.budget else 0)
 
     def shares_node(self, other: "Instance") -> bool:
         return self.node < other.node + other.nodes and other.node < self.node + self.nodes

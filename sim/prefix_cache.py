@@ -22,19 +22,15 @@ class PrefixCache:
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity = max(0, capacity_blocks)
         self._blocks: OrderedDict[int, None] = OrderedDict()
-        self.queried_tokens = 0
-        self.hit_tokens = 0
 
     def reusable_tokens(self, keys: list[int], prompt_len: int, block_tokens: int) -> int:
         """Prompt tokens whose KV the cache holds (leading blocks, at most all but the last token's block)."""
-        self.queried_tokens += prompt_len
         if not self.capacity:
             return 0
         limit = (prompt_len - 1) // block_tokens
         hits = leading_hits(keys[:limit], self._blocks)
         for key in keys[:hits]:
             self._blocks.move_to_end(key)
-        self.hit_tokens += hits * block_tokens
         return hits * block_tokens
 
     def store(self, keys: list[int]) -> None:

@@ -74,3 +74,21 @@ def processes_mentioning(text: str) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def pdserve_up(args: list[str], until: str):
+    """Start ``pdserve up ARGS`` and read its output until a line starting with ``until``; returns (process, the lines
+    read). Raises with what it printed if it stops first. The caller stops it (SIGINT or SIGTERM)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli.main", "up", *args], cwd=Path(__file__).parents[1],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(until):
+            return proc, lines
+    proc.wait()
+    raise RuntimeError(f"pdserve up stopped (exit {proc.returncode}):\n" + "".join(lines))

@@ -77,16 +77,21 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object")
-            rows.append((lineno, row))
+            rows.append((lineno, _parse_json(line, f"{path}:{lineno}", dict, "expected a JSON object")))
     if not rows:
         raise ValueError(f"{path}: no requests in the file")
     return rows
+
+
+def _parse_json(text: str, where: str, kind: type, expected: str):
+    """``text`` as JSON of type ``kind``; ValueError naming ``where`` (a file, or a file and line) otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{where}: {expected}")
+    return value
 
 
 def _open(path: Path):
@@ -125,12 +130,7 @@ def sharegpt_requests(path: str | Path, output_len: int | None, count_tokens) ->
     """First human turn -> prompt; the following reply's token count -> output length (unless fixed)."""
     path = Path(path)
     with _open(path) as fh:
-        try:
-            data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: a ShareGPT file is a JSON list of conversations")
+        data = _parse_json(fh.read(), str(path), list, "a ShareGPT file is a JSON list of conversations")
     out = []
     for i, item in enumerate(data):
         turns = item.get("conversations") if isinstance(item, dict) else None

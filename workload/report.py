@@ -94,3 +94,15 @@ def save_json(path: str | Path, payload: dict) -> None:
 
 def default_result_path(backend_name: str) -> str:
     return f"bench-{backend_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
+
+
+def fixed_width(columns: list[tuple[str, str]], rows: list[tuple]) -> list[str]:
+    """Lines of a fixed-width text table: ``columns`` are (title, cell format such as ``">8.1f"`` or ``"<16"``), the
+    titles aligned and as wide as their cells."""
+    def title_format(spec: str) -> str:
+        align = spec[0] if spec[:1] in "<>^" else ">"
+        return align + "".join(c for c in spec.lstrip("<>^").split(".")[0] if c.isdigit())
+
+    lines = [" ".join(f"{title:{title_format(spec)}}" for title, spec in columns)]
+    lines += [" ".join(f"{value:{spec}}" for value, (_, spec) in zip(row, columns)) for row in rows]
+    return lines

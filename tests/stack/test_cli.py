@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from pdserve.engine.gguf_model import ModelLoadError, load_gguf
-from tests.helpers import processes_mentioning
+from tests.helpers import pdserve_up, processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,14 +44,8 @@ def test_perf_rejects_unknown_hardware():
 def test_up_serves_then_stops_every_process_on_sigterm(tiny_model_path, tmp_path):
     model = tmp_path / "up-test-model.gguf"  # a unique path to find this stack's processes by
     model.write_bytes(Path(tiny_model_path).read_bytes())
-    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli.main", "up", "--model", str(model), "--port", "0"],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc, lines = pdserve_up(["--model", str(model), "--port", "0"], until="try:")
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("try:"):
-                break
         router = next(line.split()[1] for line in lines if line.startswith("router"))
         assert len(processes_mentioning(str(model))) == 4  # kvstore, prefill, decode, router
         with grpc.insecure_channel(router) as ch:

@@ -4,8 +4,6 @@ Tokenize/Detokenize and max_tokens/x-request-id rules, and a disconnecting clien
 import json
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -15,7 +13,7 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.v1 import router_pb2, router_pb2_grpc
-from tests.helpers import decode_load, kv_leases, processes_mentioning, scrape, start_stack, wait_until
+from tests.helpers import decode_load, kv_leases, pdserve_up, processes_mentioning, scrape, start_stack, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 4096  # the tiny long model's
@@ -325,14 +323,8 @@ def test_overload_is_429_with_retry_after_and_a_deadline_is_504(tiny_long_model_
 def test_pdserve_up_http_port(tiny_model_path, tmp_path):
     model = tmp_path / "up-http-model.gguf"
     model.write_bytes(Path(tiny_model_path).read_bytes())
-    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli.main", "up", "--model", str(model), "--port", "0",
-                             "--http-port", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc, lines = pdserve_up(["--model", str(model), "--port", "0", "--http-port", "0"], until="OpenAI-compatible API:")
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("OpenAI-compatible API:"):
-                break
         url = lines[-1].split()[2]
         router = next(line.split()[1] for line in lines if line.startswith("router"))
         edge_cmdline = "openai_server\0--router\0" + router

@@ -7,7 +7,6 @@ does not exist (or lost a label) fails here. Alert rules are also checked and un
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import signal
@@ -21,7 +20,7 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.launcher.stack import METRICS_OFFSETS
-from tests.helpers import require_tool, wait_until
+from tests.helpers import pdserve_up, require_tool, wait_until
 from tests.prom import Prometheus, alert_subject, query
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,20 +94,12 @@ def prometheus_on_stack(tiny_model_path, tmp_path_factory):
     work = tmp_path_factory.mktemp("prometheus")
     config = work / "prometheus.yml"
     base = free_base_port()
-    up = subprocess.Popen(
-        [sys.executable, "-m", "pdserve.cli.main", "up", "--model", str(tiny_model_path), "--prefill", "2", "--decode", "2",
-         "--port", "0", "--metrics", "--metrics-base-port", str(base), "--prometheus-config", str(config),
-         "--prometheus-rules", str(RULES), "--prometheus-scrape-interval-s", "1"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    up, printed = pdserve_up(["--model", str(tiny_model_path), "--prefill", "2", "--decode", "2", "--port", "0",
+                              "--metrics", "--metrics-base-port", str(base), "--prometheus-config", str(config),
+                              "--prometheus-rules", str(RULES), "--prometheus-scrape-interval-s", "1"],
+                             until="prometheus scrape config:")
     prometheus = None
     try:
-        printed = []
-        for line in up.stdout:
-            printed.append(line)
-            if line.startswith("prometheus scrape config:"):
-                break
-        else:
-            raise RuntimeError("pdserve up stopped:\n" + "".join(printed))
         router = re.search(r"^router\s+(\S+)\s+metrics http://127.0.0.1:(\d+)/", "".join(printed), re.M)
         assert router and int(router.group(2)) == base  # the router's metrics port is the base port
         prometheus = Prometheus(binary, config, work)

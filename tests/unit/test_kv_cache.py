@@ -30,13 +30,18 @@ def test_prefill_then_decode_equals_recompute(tiny_runtime, lengths):
             np.testing.assert_allclose(row, full, rtol=1e-4, atol=1e-4)
 
 
+def _prefilled(model, seed: int, lengths: tuple[int, ...]):
+    """Random prompts of these lengths, their caches after prefill, and the prefill's logits."""
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(3, model.config.vocab_size, n).tolist() for n in lengths]
+    caches = [model.new_kv() for _ in seqs]
+    return seqs, caches, model.prefill(caches, seqs)
+
+
 def test_slab_members_and_private_caches_agree(tiny_runtime):
     """Decode through the shared slab (batched attention, compaction, overflow to private) equals recompute."""
     model = tiny_runtime.model
-    rng = np.random.default_rng(4)
-    seqs = [rng.integers(3, model.config.vocab_size, n).tolist() for n in (5, 20, 40)]
-    caches = [model.new_kv() for _ in seqs]
-    logits = model.prefill(caches, seqs)
+    seqs, caches, logits = _prefilled(model, 4, (5, 20, 40))
     slab = KVSlab(model.config, max_slots=3, max_tokens=48, block_tokens=16)
     for step in range(14):  # caches[2] outgrows the 48-token slab and moves out mid-way
         tokens = [int(np.argmax(row)) for row in logits]
@@ -55,10 +60,7 @@ def test_slab_members_and_private_caches_agree(tiny_runtime):
 def test_slab_batch_in_any_row_order(tiny_runtime):
     """A decode batch listed in another order than the slab's slots gives each row its own sequence's logits."""
     model = tiny_runtime.model
-    rng = np.random.default_rng(5)
-    seqs = [rng.integers(3, model.config.vocab_size, n).tolist() for n in (9, 30, 17)]
-    caches = [model.new_kv() for _ in seqs]
-    logits = model.prefill(caches, seqs)
+    seqs, caches, logits = _prefilled(model, 5, (9, 30, 17))
     slab = KVSlab(model.config, max_slots=3, max_tokens=64, block_tokens=16)
     for kv in caches:
         slab.place(kv, kv.length + 1)
