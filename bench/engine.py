@@ -6,6 +6,11 @@ step cannot be faster than the larger of its bytes (every weight matrix once, pl
 context) over that bandwidth and its FLOPs (the linear layers plus attention, causal attention counted once) over that
 throughput. ``engine / floor`` says how much of the machine the engine uses: at batch 1 the bytes bind, at large
 batches the weight GEMMs come close to binding, and at long contexts the KV reads take over.
+
+Decode rows run with each weight path (``float32``: BLAS on the dequantized matrices; ``quantized``: the compiled
+products on GGUF's blocks, whose floor counts the quantized bytes) and each KV dtype (its floor counts the KV bytes
+at that width). ``--peer llama-cpp`` adds llama.cpp on the same file, in the same process, side by side
+(bench/peer.py).
 """
 
 from __future__ import annotations
@@ -15,13 +20,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from pdserve.engine.crossover import step_matrices
 from pdserve.engine.kv_cache import block_nbytes
+from pdserve.engine.kv_dtype import KV_DTYPES
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.runtime import Runtime
 
 DEFAULT_BATCHES = (1, 8, 32)
-DEFAULT_CONTEXTS = (64, 512, 1024, 2048)  # attention's share of a decode step grows with the context
+DEFAULT_CONTEXTS = (64, 512, 2048)  # attention's share of a decode step grows with the context
 DEFAULT_PROMPT_LENS = (128, 512, 2048)
+DEFAULT_WEIGHTS = ("float32", "quantized")
+DEFAULT_KV_DTYPES = ("float32", "float16")
 
 
 @dataclass
@@ -55,12 +64,15 @@ class ModelCost:
     attention_flops: int  # per (query, key) pair, all layers and heads: scores plus weighted values
 
     @classmethod
-    def of(cls, runtime: Runtime) -> "ModelCost":
-        w, c = runtime.model.weights, runtime.config
-        matrices = [m for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)]
-        return cls(weight_bytes=sum(m.nbytes for m in matrices) + w.output.nbytes,
-                   linear_flops=2 * sum(m.size for m in matrices), head_flops=2 * w.output.size,
-                   kv_bytes=block_nbytes(c, 1), attention_flops=4 * c.n_layers * c.n_heads * c.head_dim)
+    def of(cls, runtime: Runtime, weights: str = "float32", kv_dtype: str = "float32") -> "ModelCost":
+        """The costs of ``runtime``'s model on a weight path (``quantized``: the bytes of the quantized matrices, and
+        of the float32 ones of any matrix without a kernel) with a KV cache of ``kv_dtype``."""
+        model, c = runtime.model, runtime.config
+        dense = model.dense_matrices()
+        quantized = step_matrices(model.weights.quantized) if weights == "quantized" else [None] * len(dense)
+        return cls(weight_bytes=sum(q.nbytes if q is not None else d.nbytes for q, d in zip(quantized, dense)),
+                   linear_flops=2 * sum(m.size for m in dense[:-1]), head_flops=2 * dense[-1].size,
+                   kv_bytes=block_nbytes(c, 1, kv_dtype), attention_flops=4 * c.n_layers * c.n_heads * c.head_dim)
 
     def decode(self, batch: int, context: int) -> tuple[float, float]:
         """(bytes, FLOPs) of one decode step: ``batch`` sequences with ``context`` cached tokens each."""
@@ -82,6 +94,8 @@ class BenchRow:
     engine_tokens_per_s: float
     floor_tokens_per_s: float
     bound: str  # what sets the floor: "bytes" or "flops"
+    weights: str = "float32"  # the products' weight path
+    kv_dtype: str = "float32"
 
     @property
     def ratio(self) -> float:
@@ -117,14 +131,22 @@ def _decoding_sequences(runtime: Runtime, batch: int, context: int, steps: int):
     return seqs
 
 
-def bench_decode(runtime: Runtime, machine: Machine, batch: int, context: int, steps: int) -> BenchRow:
+def decode_step_s(runtime: Runtime, batch: int, context: int, steps: int) -> float:
+    """Median wall seconds of a decode step of ``batch`` sequences at ``context``, with the runtime as it is set."""
     seqs = _decoding_sequences(runtime, batch, context, steps)
     runtime.decode_step(seqs)  # warm-up; the batch joins the runtime's slab as a decode worker's does
     step_times = [_timed(lambda: runtime.decode_step(seqs)) for _ in range(steps)]
     for s in seqs:
         runtime.free(s)
-    floor_s, bound = machine.floor_s(*ModelCost.of(runtime).decode(batch, context + steps // 2))
-    return BenchRow("decode", batch, context, batch / float(np.median(step_times)), batch / floor_s, bound)
+    return float(np.median(step_times))
+
+
+def bench_decode(runtime: Runtime, machine: Machine, batch: int, context: int, steps: int) -> BenchRow:
+    """One decode row on the runtime's current weight path and KV dtype."""
+    weights, kv_dtype = runtime.model.weight_path, runtime.kv_dtype
+    step_s = decode_step_s(runtime, batch, context, steps)
+    floor_s, bound = machine.floor_s(*ModelCost.of(runtime, weights, kv_dtype).decode(batch, context + steps // 2))
+    return BenchRow("decode", batch, context, batch / step_s, batch / floor_s, bound, weights, kv_dtype)
 
 
 def bench_prefill(runtime: Runtime, machine: Machine, prompt_tokens: int, repeats: int) -> BenchRow:
@@ -136,31 +158,44 @@ def bench_prefill(runtime: Runtime, machine: Machine, prompt_tokens: int, repeat
         return _timed(lambda: runtime.prefill([(seq, prompt_tokens)]))
 
     once()  # warm-up
-    floor_s, bound = machine.floor_s(*ModelCost.of(runtime).prefill(prompt_tokens))
+    weights, kv_dtype = runtime.model.weight_path, runtime.kv_dtype
+    floor_s, bound = machine.floor_s(*ModelCost.of(runtime, "float32", kv_dtype).prefill(prompt_tokens))
     return BenchRow("prefill", prompt_tokens, 0, prompt_tokens / _best_of(once, repeats), prompt_tokens / floor_s,
-                    bound)
+                    bound, "float32" if weights == "auto" else weights, kv_dtype)
 
 
 def run_engine_bench(runtime: Runtime, batches=DEFAULT_BATCHES, prompt_lens=DEFAULT_PROMPT_LENS,
-                     contexts=DEFAULT_CONTEXTS, steps: int = 8, repeats: int = 3) -> tuple[Machine, list[BenchRow]]:
+                     contexts=DEFAULT_CONTEXTS, steps: int = 8, repeats: int = 3, weights=DEFAULT_WEIGHTS,
+                     kv_dtypes=DEFAULT_KV_DTYPES) -> tuple[Machine, list[BenchRow]]:
+    """Decode rows for every weight path and KV dtype, then prefill rows (prompts of more rows than the crossover
+    run float32 products on the ``auto`` path) for every KV dtype."""
     machine = measure_machine()
-    rows = [bench_decode(runtime, machine, b, c, steps) for c in contexts for b in batches]
-    rows += [bench_prefill(runtime, machine, n, repeats) for n in prompt_lens]
+    if runtime.model.weights.quantized is None:
+        weights = [w for w in weights if w != "quantized"]
+    rows = []
+    for kv_dtype in kv_dtypes:
+        runtime.use_kv_dtype(kv_dtype)
+        for path in weights:
+            runtime.model.weight_path = path
+            rows += [bench_decode(runtime, machine, b, c, steps) for c in contexts for b in batches]
+        runtime.model.weight_path = "auto"
+        rows += [bench_prefill(runtime, machine, n, repeats) for n in prompt_lens]
     return machine, rows
 
 
-def format_rows(machine: Machine, rows: list[BenchRow], model_name: str) -> str:
+def format_rows(machine: Machine, rows: list[BenchRow], model_name: str, crossover: int | None = None) -> str:
     lines = [
         f"engine benchmark: {model_name}; decode median step, prefill best of runs",
         f"machine (measured now): read {machine.read_bytes_per_s / 1e9:.1f} GB/s, "
-        f"GEMM {machine.gemm_flops_per_s / 1e9:.1f} GFLOP/s float32",
-        f"{'phase':<8} {'context':>7} {'batch/len':>9} {'engine tok/s':>13} {'floor tok/s':>12} {'bound':>6} "
-        f"{'engine/floor':>12}",
+        f"GEMM {machine.gemm_flops_per_s / 1e9:.1f} GFLOP/s float32"
+        + (f"; quantized products up to {crossover} rows (measured at load)" if crossover is not None else ""),
+        f"{'phase':<8} {'weights':<9} {'kv':<8} {'context':>7} {'batch/len':>9} {'engine tok/s':>13} "
+        f"{'floor tok/s':>12} {'bound':>6} {'engine/floor':>12}",
     ]
     for r in rows:
         context = str(r.context) if r.phase == "decode" else "-"
-        lines.append(f"{r.phase:<8} {context:>7} {r.shape:>9} {r.engine_tokens_per_s:>13.1f} "
-                     f"{r.floor_tokens_per_s:>12.1f} {r.bound:>6} {r.ratio:>12.2f}")
+        lines.append(f"{r.phase:<8} {r.weights:<9} {r.kv_dtype:<8} {context:>7} {r.shape:>9} "
+                     f"{r.engine_tokens_per_s:>13.1f} {r.floor_tokens_per_s:>12.1f} {r.bound:>6} {r.ratio:>12.2f}")
     return "\n".join(lines)
 
 
@@ -175,21 +210,47 @@ def add_args(p) -> None:
     p.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
                    help="context lengths of the decode batches (short and long)")
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--weights", default=",".join(DEFAULT_WEIGHTS),
+                   help="weight paths of the decode rows: float32, quantized, auto (comma separated)")
+    p.add_argument("--kv-dtypes", default=",".join(DEFAULT_KV_DTYPES),
+                   help=f"KV dtypes, comma separated ({', '.join(KV_DTYPES)})")
+    p.add_argument("--peer", default=None, choices=("llama-cpp",),
+                   help="also run llama.cpp on the same file (the peer extra: pip install -e '.[peer]'), one stream, "
+                        "side by side with the engine")
+    p.add_argument("--peer-contexts", default="64,512", help="contexts of the side-by-side comparison")
+    p.add_argument("--peer-repeats", type=int, default=3, help="rounds of the side-by-side comparison")
+    p.add_argument("--skip-table", action="store_true", help="only the side-by-side comparison with --peer")
     p.add_argument("--json", default=None, help="also write the rows to this file")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
 
 
 def main(a) -> int:
     import json
 
-    batches = tuple(int(x) for x in a.batches.split(","))
-    lens = tuple(int(x) for x in a.prompt_lens.split(",") if x)
-    contexts = tuple(int(x) for x in a.contexts.split(",") if x)
+    from pdserve.bench.peer import compare_with_peer, format_comparison
+
+    batches, lens, contexts = _ints(a.batches), _ints(a.prompt_lens), _ints(a.contexts)
+    peer_contexts = _ints(a.peer_contexts) if a.peer else ()
+    kv_dtypes = tuple(x for x in a.kv_dtypes.split(",") if x)
     # a slab that holds the largest batch at the longest context, as a decode worker sized for it would
-    runtime = Runtime.load(a.model, slab_seqs=max(batches), slab_tokens=max(contexts, default=0) + a.steps + 16)
-    machine, rows = run_engine_bench(runtime, batches, lens, contexts=contexts, steps=a.steps)
-    print(format_rows(machine, rows, runtime.model_name))
+    longest = max(contexts + peer_contexts, default=0)
+    runtime = Runtime.load(a.model, slab_seqs=max(batches), slab_tokens=longest + a.steps + 16)
+    out: dict = {"model": runtime.model_name, "crossover": runtime.model.crossover}
+    if not a.skip_table:
+        machine, rows = run_engine_bench(runtime, batches, lens, contexts=contexts, steps=a.steps,
+                                         weights=tuple(a.weights.split(",")), kv_dtypes=kv_dtypes)
+        print(format_rows(machine, rows, runtime.model_name, runtime.model.crossover))
+        out.update(machine=asdict(machine), rows=rows_as_dicts(rows))
+    if a.peer:
+        runtime.use_kv_dtype(kv_dtypes[0])
+        runtime.model.weight_path = "auto"
+        comparison = compare_with_peer(runtime, a.peer, peer_contexts, a.steps, a.peer_repeats)
+        print(format_comparison(comparison))
+        out["peer"] = comparison
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"model": runtime.model_name, "machine": asdict(machine), "rows": rows_as_dicts(rows)}, fh,
-                      indent=2)
+            json.dump(out, fh, indent=2)
     return 0

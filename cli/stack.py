@@ -10,6 +10,7 @@ import threading
 
 from pdserve.cli.generate import stream_from_router
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
 from pdserve.perfmodel.deployment import add_deployment_flag
@@ -26,7 +27,7 @@ def stack_spec_from_args(a: argparse.Namespace):
                      colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
                      metrics_base_port=getattr(a, "metrics_base_port", 0),
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
-                     deployment=a.deployment,
+                     deployment=a.deployment, kv_dtype=a.kv_dtype,
                      http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm)
 
 
@@ -105,6 +106,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     add_deployment_flag(p, help="the workers' modeled deployment (KEY=V,..; e.g. hardware=H200,dp_attention=1)")
     p.add_argument("--kv-shm", action="store_true",
                    help="move KV blocks between the kvstores and the workers through /dev/shm (same host)")
+    p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=tuple(KV_DTYPES),
+                   help="the KV cache's element type on every worker, in the kvstore and on the wire")
 
 
 def register(sub) -> None:

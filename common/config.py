@@ -13,6 +13,7 @@ import sys
 
 from pdserve.common.tls import add_tls_flags
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
@@ -77,6 +78,9 @@ def service_parser(name: str, default_port: int) -> FlagParser:
 def add_model_flags(parser: FlagParser) -> None:
     parser.add_argument("--model", default=None, help="GGUF path, or 'synthetic' (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--block-tokens", type=int, default=DEFAULT_BLOCK_TOKENS, help="tokens per KV block")
+    parser.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=tuple(KV_DTYPES),
+                        help="element type of the KV cache, in memory, in the kvstore and on the wire (attention "
+                             "computes in float32); prefill, decode and the router must agree")
 
 
 def split_targets(targets: str | None) -> list[str]:

@@ -131,7 +131,7 @@ class KVImports:
             # still storing stream in as they are stored
             if handle.block_keys:  # (none left when a prefetch brought them all)
                 await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
-                                  on_block=lambda block: kv.append_block(block.data, block.token_count))
+                                  on_block=lambda b: kv.append_block(b.data, b.token_count, b.kv_dtype))
             if kv.length != handle.token_count:
                 raise KVIntegrityError(f"blocks hold {kv.length} tokens, the handle says {handle.token_count}")
             modeled = await self.clock.pace_transfer(handle.token_count, self.link, time.perf_counter() - start)

@@ -22,6 +22,7 @@ from pdserve.decode_server.kv_imports import (
 )
 from pdserve.decode_server.metrics import GENERATED, KV_LOAD_FAILURES, KV_USAGE, PREEMPTIONS, REQUESTS, RUNNING, WAITING
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
 from pdserve.engine.scheduler import Role
@@ -93,6 +94,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise InvalidParameter("kv.block_tokens", f"{kv.block_tokens}; this worker uses {rt.block_tokens}")
         if kv.model_fingerprint != rt.config.fingerprint:
             raise InvalidParameter("kv.model_fingerprint", "the KV was computed by a different model")
+        if (kv.kv_dtype or DEFAULT_KV_DTYPE) != rt.kv_dtype:
+            raise InvalidParameter("kv.kv_dtype", f"the KV is {kv.kv_dtype or DEFAULT_KV_DTYPE}, this decode worker's "
+                                                  f"cache is {rt.kv_dtype} (run prefill and decode with the same "
+                                                  f"--kv-dtype)")
         if len(kv.block_keys) != -(-kv.token_count // rt.block_tokens):
             raise InvalidParameter("kv.block_keys", f"{len(kv.block_keys)} keys for {kv.token_count} tokens")
         if not math.isfinite(kv.wait_s) or not 0 <= kv.wait_s <= MAX_WAIT_S:

@@ -1,8 +1,9 @@
-"""Loading a llama-architecture GGUF file: hyper-parameters and float32 weights.
+"""Loading a llama-architecture GGUF file: hyper-parameters, float32 weights and the quantized blocks.
 
 Every tensor is dequantized once, at load time, with gguf-py's own dequantizers, into contiguous float32 arrays laid
 out for ``x @ W`` (input dimension first). Q, K and V are fused into one matrix and gate/up into another, so that each
-layer runs two large matmuls instead of five.
+layer runs two large matmuls instead of five. Matrices stored as Q4_0, Q4_1 or Q8_0 are also kept in that form
+(engine/quantized.py, fused the same way), for the steps whose time is the bytes they read.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 from gguf import quants
+
+from pdserve.engine.quantized import QuantizedLayer, QuantizedMatrix, QuantizedWeights, stacked
 
 SUPPORTED_ARCHITECTURES = ("llama",)
 
@@ -78,6 +81,7 @@ class ModelWeights:
     layers: list[LayerWeights]
     output_norm: np.ndarray  # [hidden]
     output: np.ndarray  # [hidden, vocab]; the transposed embedding when tied
+    quantized: QuantizedWeights | None = None  # the block-quantized matrices, where the file has them
 
 
 @dataclass
@@ -164,8 +168,31 @@ def read_metadata(path: str | Path) -> tuple[gguf.GGUFReader, ModelConfig]:
     return reader, _read_config(reader, path, file_fingerprint(path))
 
 
-def load_gguf(path: str | Path) -> LoadedModel:
-    """Read and dequantize a llama-architecture GGUF file."""
+def _quantized(tensors: dict, config: ModelConfig, tied: bool) -> QuantizedWeights | None:
+    """The file's Q4_0 / Q4_1 / Q8_0 matrices as quantized matrices, fused as the float32 ones are; None if none."""
+    def part(name: str) -> tuple[np.ndarray, gguf.GGMLQuantizationType, int]:
+        t = tensors[name]
+        return t.data, t.tensor_type, int(t.shape[0])  # GGUF's first dimension is the input one
+
+    def fused(*names: str) -> QuantizedMatrix | None:
+        return stacked([part(n) for n in names])
+
+    def gain(name: str) -> np.ndarray:
+        return _dequantized(tensors[name])
+
+    layers = []
+    for i in range(config.n_layers):
+        p = f"blk.{i}."
+        layers.append(QuantizedLayer(
+            qkv=fused(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"), wo=fused(p + "attn_output.weight"),
+            gate_up=fused(p + "ffn_gate.weight", p + "ffn_up.weight"), down=fused(p + "ffn_down.weight"),
+            attn_norm=gain(p + "attn_norm.weight"), ffn_norm=gain(p + "ffn_norm.weight")))
+    weights = QuantizedWeights(layers, fused("token_embd.weight" if tied else "output.weight"))
+    return None if weights.empty else weights
+
+
+def load_gguf(path: str | Path, quantized: bool = True) -> LoadedModel:
+    """Read and dequantize a llama-architecture GGUF file; with ``quantized``, also keep its quantized matrices."""
     path = Path(path)
     reader, config = read_metadata(path)
     tensors = {t.name: t for t in reader.tensors}
@@ -205,5 +232,6 @@ def load_gguf(path: str | Path) -> LoadedModel:
         layers=layers,
         output_norm=get("output_norm.weight"),
         output=output,
+        quantized=_quantized(tensors, config, tied) if quantized else None,
     )
     return LoadedModel(path=path, config=config, weights=weights, reader=reader)

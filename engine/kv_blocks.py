@@ -12,12 +12,13 @@ from collections.abc import Container
 
 import numpy as np
 
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE
+
 DEFAULT_BLOCK_TOKENS = 16
-KV_DTYPE = "float32"
 
 
 def block_keys(token_ids: list[int], fingerprint: str, block_tokens: int = DEFAULT_BLOCK_TOKENS,
-               kv_dtype: str = KV_DTYPE) -> list[str]:
+               kv_dtype: str = DEFAULT_KV_DTYPE) -> list[str]:
     """Chained content keys of the *full* blocks of ``token_ids``.
 
     key_i = sha256(key_{i-1} | fingerprint | dtype | block size | token ids of block i). Equal prefixes give equal

@@ -2,8 +2,8 @@
 
 In memory a sequence keeps K and V per layer contiguously (``[layers, kv_heads, capacity, head_dim]``) so attention
 reads them as views without gathering. Capacity grows in whole blocks. On the wire the unit is a *block*:
-``[layers, 2, block_tokens, kv_heads, head_dim]`` float32, so a block exported by prefill and imported by decode
-restores the same numbers bit for bit.
+``[layers, 2, block_tokens, kv_heads, head_dim]`` in the cache's dtype (float32, float16 or bfloat16:
+engine/kv_dtype.py), so a block exported by prefill and imported by decode restores the same numbers bit for bit.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import numpy as np
 
 from pdserve.engine.gguf_model import ModelConfig
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kv_numpy_dtype
 
 
-def block_nbytes(config: ModelConfig, tokens: int) -> int:
-    return config.n_layers * 2 * tokens * config.n_kv_heads * config.head_dim * 4
+def block_nbytes(config: ModelConfig, tokens: int, kv_dtype: str = DEFAULT_KV_DTYPE) -> int:
+    return config.n_layers * 2 * tokens * config.n_kv_heads * config.head_dim * kv_numpy_dtype(kv_dtype).itemsize
 
 
 class SequenceKV:
@@ -25,12 +26,15 @@ class SequenceKV:
     membership and moves sequences in and out between steps, never during a forward.
     """
 
-    def __init__(self, config: ModelConfig, block_tokens: int = DEFAULT_BLOCK_TOKENS, capacity: int = 0) -> None:
+    def __init__(self, config: ModelConfig, block_tokens: int = DEFAULT_BLOCK_TOKENS, capacity: int = 0,
+                 kv_dtype: str = DEFAULT_KV_DTYPE) -> None:
         self.config = config
         self.block_tokens = block_tokens
+        self.kv_dtype = kv_dtype
+        self.dtype = kv_numpy_dtype(kv_dtype)
         self.length = 0
         self.slot: int | None = None
-        self.k = self.v = _empty(config)  # [layers, kv_heads, capacity, head_dim]
+        self.k = self.v = _empty(config, self.dtype)  # [layers, kv_heads, capacity, head_dim]
         if capacity:
             self.reserve(capacity)
 
@@ -52,8 +56,8 @@ class SequenceKV:
         new_cap = -(-new_cap // self.block_tokens) * self.block_tokens
         c = self.config
         shape = (c.n_layers, c.n_kv_heads, new_cap, c.head_dim)
-        k = np.zeros(shape, dtype=np.float32)
-        v = np.zeros(shape, dtype=np.float32)
+        k = np.zeros(shape, dtype=self.dtype)
+        v = np.zeros(shape, dtype=self.dtype)
         k[:, :, :self.length] = self.k[:, :, :self.length]
         v[:, :, :self.length] = self.v[:, :, :self.length]
         self.k, self.v = k, v
@@ -62,11 +66,12 @@ class SequenceKV:
         """Drop the cached tokens and their memory (a preempted or finished sequence outside the slab)."""
         if self.slot is not None:
             raise RuntimeError("a slab member is freed by its slab (KVSlab.remove)")
-        self.k = self.v = _empty(self.config)
+        self.k = self.v = _empty(self.config, self.dtype)
         self.length = 0
 
     def write(self, layer: int, start: int, k_new: np.ndarray, v_new: np.ndarray) -> None:
-        """Store K, V for positions start.. of one layer. k_new, v_new: [n, kv_heads, head_dim]."""
+        """Store K, V for positions start.. of one layer (rounded to the cache's dtype). k_new, v_new: [n, kv_heads,
+        head_dim]."""
         n = k_new.shape[0]
         self.k[layer, :, start:start + n] = k_new.transpose(1, 0, 2)
         self.v[layer, :, start:start + n] = v_new.transpose(1, 0, 2)
@@ -82,22 +87,27 @@ class SequenceKV:
         if not 0 <= start < end:
             raise IndexError(f"block {index} is outside the {self.length} cached tokens")
         c = self.config
-        out = np.empty((c.n_layers, 2, end - start, c.n_kv_heads, c.head_dim), dtype="<f4")
+        out = np.empty((c.n_layers, 2, end - start, c.n_kv_heads, c.head_dim), dtype=self.dtype)
         out[:, 0] = self.k[:, :, start:end].transpose(0, 2, 1, 3)
         out[:, 1] = self.v[:, :, start:end].transpose(0, 2, 1, 3)
         return memoryview(out).cast("B")
 
-    def append_block(self, data: bytes, tokens: int) -> None:
-        """Append one block received as bytes; validates its size against the model's shape before reading it."""
+    def append_block(self, data: bytes, tokens: int, kv_dtype: str | None = None) -> None:
+        """Append one block received as bytes; validates its size against the model's shape before reading it.
+        ``kv_dtype``: the dtype its writer declared ("" for float32, from writers that predate the field); a block
+        of another dtype than this cache's is refused (ValueError naming the field)."""
+        if kv_dtype is not None and (kv_dtype or DEFAULT_KV_DTYPE) != self.kv_dtype:
+            raise ValueError(f"kv_dtype: the block holds {kv_dtype or DEFAULT_KV_DTYPE} KV, this cache is "
+                             f"{self.kv_dtype} (run prefill and decode with the same --kv-dtype)")
         c = self.config
-        expected = block_nbytes(c, tokens)
+        expected = block_nbytes(c, tokens, self.kv_dtype)
         if tokens <= 0 or tokens > self.block_tokens:
             raise ValueError(f"block token count {tokens} is outside 1..{self.block_tokens}")
         if self.length % self.block_tokens:
             raise ValueError("cannot append a block after a partial block")
         if len(data) != expected:
-            raise ValueError(f"block of {tokens} tokens must be {expected} bytes, got {len(data)}")
-        kv = np.frombuffer(data, dtype="<f4").reshape(c.n_layers, 2, tokens, c.n_kv_heads, c.head_dim)
+            raise ValueError(f"block of {tokens} tokens must be {expected} bytes ({self.kv_dtype}), got {len(data)}")
+        kv = np.frombuffer(data, dtype=self.dtype).reshape(c.n_layers, 2, tokens, c.n_kv_heads, c.head_dim)
         if not np.isfinite(kv).all():
             raise ValueError("block holds non-finite values")
         self.reserve(self.length + tokens)
@@ -107,8 +117,8 @@ class SequenceKV:
         self.length += tokens
 
 
-def _empty(config: ModelConfig) -> np.ndarray:
-    return np.zeros((config.n_layers, config.n_kv_heads, 0, config.head_dim), dtype=np.float32)
+def _empty(config: ModelConfig, dtype: np.dtype) -> np.ndarray:
+    return np.zeros((config.n_layers, config.n_kv_heads, 0, config.head_dim), dtype=dtype)
 
 
 class KVSlab:
@@ -121,8 +131,10 @@ class KVSlab:
     """
 
     def __init__(self, config: ModelConfig, max_slots: int, max_tokens: int,
-                 block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
+                 block_tokens: int = DEFAULT_BLOCK_TOKENS, kv_dtype: str = DEFAULT_KV_DTYPE) -> None:
         self.config = config
+        self.kv_dtype = kv_dtype
+        self.dtype = kv_numpy_dtype(kv_dtype)
         self.max_slots = max_slots
         self.max_tokens = -(-max_tokens // block_tokens) * block_tokens
         self.block_tokens = block_tokens
@@ -132,8 +144,8 @@ class KVSlab:
     def _allocate(self, slots: int, capacity: int) -> None:
         c = self.config
         shape = (c.n_layers, slots, c.n_kv_heads, capacity, c.head_dim)
-        self.k = np.zeros(shape, dtype=np.float32)
-        self.v = np.zeros(shape, dtype=np.float32)
+        self.k = np.zeros(shape, dtype=self.dtype)
+        self.v = np.zeros(shape, dtype=self.dtype)
 
     @property
     def capacity(self) -> int:
@@ -153,6 +165,8 @@ class KVSlab:
         """Move ``kv`` into the next free slot, with room for ``tokens`` tokens."""
         if kv.slot is not None:
             raise ValueError("sequence is already in a slab")
+        if kv.dtype != self.dtype:
+            raise ValueError(f"a {kv.kv_dtype} cache cannot join a {self.kv_dtype} slab")
         if not self.can_add(tokens):
             raise ValueError(f"slab is full ({len(self.members)} of {self.max_slots} slots) or {tokens} tokens "
                              f"exceed its {self.max_tokens}-token limit")

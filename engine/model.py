@@ -13,11 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pdserve.engine.crossover import model_crossover, parallel_threads
 from pdserve.engine.decode_attention import DecodeAttention
 from pdserve.engine.fast_exp import exp_nonpositive
 from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from pdserve.engine.kv_cache import KVSlab, SequenceKV
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kv_numpy_dtype
 from pdserve.engine.parallel import Parallel
+from pdserve.engine.quantized import QuantizedMatrix
 
 F32 = np.float32
 # rows of a forward from which every product runs on our two threads instead of BLAS's (engine/parallel.py): below
@@ -25,6 +28,7 @@ F32 = np.float32
 MIN_SPLIT_ROWS = 16
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
+WEIGHT_PATHS = ("auto", "float32", "quantized")  # auto: quantized up to the measured crossover batch, float32 above
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: np.float32) -> np.ndarray:
@@ -76,10 +80,21 @@ class RotaryEmbedding:
 
 
 class LlamaModel:
-    """A llama decoder over dequantized float32 weights."""
+    """A llama decoder over dequantized float32 weights and, where the file has them, its block-quantized matrices.
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    ``weight_path`` picks the products' form per forward: ``auto`` runs the quantized matrices for forwards of up to
+    ``crossover`` rows (measured at load, engine/crossover.py) and float32 BLAS above; ``float32`` and ``quantized``
+    force one form (benchmarks). ``kv_dtype`` is the element type of the caches it makes (engine/kv_dtype.py);
+    attention computes in float32 whatever it is.
+    """
+
+    def __init__(self, loaded: LoadedModel, weight_path: str = "auto", kv_dtype: str = DEFAULT_KV_DTYPE) -> None:
+        if weight_path not in WEIGHT_PATHS:
+            raise ValueError(f"weight path {weight_path!r}: one of {', '.join(WEIGHT_PATHS)}")
+        kv_numpy_dtype(kv_dtype)  # a bad name fails here, naming the choices
+        self.kv_dtype = kv_dtype
         self.config: ModelConfig = loaded.config
+        self.path = loaded.path
         self.weights: ModelWeights = loaded.weights
         c = self.config
         self.rope = RotaryEmbedding(c.head_dim, c.rope_freq_base, c.context_length)
@@ -87,9 +102,25 @@ class LlamaModel:
         self.scale = F32(1.0 / np.sqrt(c.head_dim))
         self.parallel = Parallel()  # attention's work, and for large batches every product, on two threads
         self.decode_attention = DecodeAttention(self.parallel)
+        self.weight_path = weight_path
+        quantized = self.weights.quantized
+        self.quant_threads = parallel_threads(self.parallel.threads) if quantized else 1
+        self.crossover = 0 if quantized is None or weight_path == "float32" else model_crossover(
+            (c.fingerprint, self.quant_threads), quantized, self.dense_matrices(), self.quant_threads)
+
+    def dense_matrices(self) -> list[np.ndarray]:
+        """Every float32 matrix of a step in the order of engine.crossover.step_matrices, ``[in, out]``."""
+        w = self.weights
+        return [m for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)] + [w.output]
+
+    def quantized_rows(self, rows: int) -> bool:
+        """Whether a forward of ``rows`` rows runs the quantized matrices."""
+        if self.weights.quantized is None or self.weight_path == "float32":
+            return False
+        return self.weight_path == "quantized" or rows <= self.crossover
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
-        return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)
+        return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity, kv_dtype=self.kv_dtype)
 
     # --- entry points the runtime calls ------------------------------------------------------------------------
     def prefill(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
@@ -115,7 +146,7 @@ class LlamaModel:
         cos, sin = self.rope.tables(plan.positions)
         split = self._split_pays(plan, flat.size)
         with self.parallel.single_threaded_blas() if split else nullcontext():
-            return self._layers(plan, flat, cos, sin, split)
+            return self._layers(plan, flat, cos, sin, split, self.quantized_rows(flat.size))
 
     def _split_pays(self, plan: AttentionPlan, rows: int) -> bool:
         """Whether this forward runs its products on our own two threads (the decode attention too, where it is large
@@ -130,9 +161,10 @@ class LlamaModel:
                            and self.decode_attention.splits(plan.lengths, self.config.n_kv_heads))
 
     def _layers(self, plan: AttentionPlan, flat: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-                split: bool) -> np.ndarray:
-        """The decoder over ``flat`` tokens; ``split``: every product and the decode attention on both of
-        ``self.parallel``'s threads (engine/parallel.py says why)."""
+                split: bool, quantized: bool) -> np.ndarray:
+        """The decoder over ``flat`` tokens; ``split``: every float32 product and the decode attention on both of
+        ``self.parallel``'s threads (engine/parallel.py says why); ``quantized``: the quantized matrices where there
+        are some."""
         c, w = self.config, self.weights
         q_width = c.n_heads * c.head_dim
         kv_width = c.n_kv_heads * c.head_dim
@@ -140,22 +172,39 @@ class LlamaModel:
         mm = self.parallel.matmul if split else np.matmul
         x = w.token_embedding[flat]  # [N, hidden] (a fresh copy: updated in place below)
         for layer, lw in enumerate(w.layers):
+            ql = w.quantized.layers[layer] if quantized else None
             # attention block
-            h = rms_norm(x, None, self.eps)  # attn_norm gain is folded into wqkv
-            qkv = mm(h, lw.wqkv)  # [N, q_width + 2 * kv_width]
+            qkv = self._normed_product(x, ql and ql.qkv, ql and ql.attn_norm, lw.wqkv, mm)  # [N, q + 2 kv width]
             qk = RotaryEmbedding.apply(qkv[:, :q_width + kv_width].reshape(-1, heads_qk, c.head_dim), cos, sin)
             q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]  # [N, H, D], [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
             attn = self._attention(plan, layer, q, k, v, split)  # [N, H * D]
-            x += mm(attn, lw.wo)
+            self._add_product(x, attn, ql and ql.wo, lw.wo, mm)
             # feed-forward block (SwiGLU)
-            h = rms_norm(x, None, self.eps)  # ffn_norm gain is folded into w_gate_up
-            gate_up = mm(h, lw.w_gate_up)  # [N, 2 * ffn]
-            x += mm(silu_mul(gate_up[:, :c.ffn_hidden], gate_up[:, c.ffn_hidden:]), lw.w_down)
+            gate_up = self._normed_product(x, ql and ql.gate_up, ql and ql.ffn_norm, lw.w_gate_up, mm)  # [N, 2 ffn]
+            self._add_product(x, silu_mul(gate_up[:, :c.ffn_hidden], gate_up[:, c.ffn_hidden:]), ql and ql.down,
+                              lw.w_down, mm)
         for kv, n in zip(plan.caches, plan.counts):
             kv.length += n
-        last = x[plan.offsets[1:] - 1]  # [n_sequences, hidden]
-        return mm(rms_norm(last, w.output_norm, self.eps), w.output)  # [n_sequences, vocab]
+        last = rms_norm(x[plan.offsets[1:] - 1], w.output_norm, self.eps)  # [n_sequences, hidden]
+        head = w.quantized.output if quantized else None
+        return head(last, threads=self.quant_threads) if head is not None else mm(last, w.output)  # [n_seqs, vocab]
+
+    def _normed_product(self, x: np.ndarray, matrix: QuantizedMatrix | None, gain: np.ndarray | None,
+                        dense: np.ndarray, mm) -> np.ndarray:
+        """rms_norm(x) times a layer's matrix: the quantized one, with the norm's gain applied to its input, or the
+        float32 one, which has the gain folded in."""
+        if matrix is not None:
+            return matrix(rms_norm(x, gain, self.eps), threads=self.quant_threads)
+        return mm(rms_norm(x, None, self.eps), dense)
+
+    def _add_product(self, x: np.ndarray, h: np.ndarray, matrix: QuantizedMatrix | None, dense: np.ndarray,
+                     mm) -> None:
+        """x += h times a layer's matrix (quantized: added in place by the kernel)."""
+        if matrix is not None:
+            matrix(h, into=x, threads=self.quant_threads)
+        else:
+            x += mm(h, dense)
 
     def _attention(self, plan: AttentionPlan, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                    split: bool) -> np.ndarray:
@@ -185,7 +234,7 @@ class LlamaModel:
         qg = q.reshape(n, kvh, g, d).transpose(1, 0, 2, 3) * self.scale  # [KVH, n, g, D]: a query's heads adjacent
         qg = qg.reshape(kvh, n * g, d)
         out = np.empty((kvh, n * g, d), dtype=F32)
-        args = (qg, kv.k[layer], kv.v[layer], start, out)  # keys, values: [KVH, capacity, D]
+        args = (qg, _float32(kv.k[layer], start + n), _float32(kv.v[layer], start + n), start, out)  # [KVH, T, D]
         blocks = list(range(0, n, QUERY_BLOCK))
         if len(blocks) < 2 or self.parallel.threads < 2:
             self._attend_blocks(*args, blocks)
@@ -228,6 +277,12 @@ class LlamaModel:
         slab.v[layer, slots, :, lengths - 1] = v
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
         return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split).reshape(q.shape[0], -1)
+
+
+def _float32(cache: np.ndarray, tokens: int) -> np.ndarray:
+    """A layer's keys or values [KVH, capacity, D] up to ``tokens`` as float32: the cache itself, or a 16-bit cache
+    widened once for the whole forward's blocks."""
+    return cache if cache.dtype == F32 else cache[:, :tokens].astype(F32)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pdserve.engine.default_model import resolve_model_path
 from pdserve.engine.gguf_model import ModelConfig, load_gguf, read_metadata
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
 from pdserve.engine.kv_cache import KVSlab
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kv_numpy_dtype
 from pdserve.engine.logprobs import token_logprobs
 from pdserve.engine.model import LlamaModel
 from pdserve.engine.params import SamplingParams, sample_params
@@ -59,17 +60,26 @@ class Runtime:
 
     @classmethod
     def load(cls, model: str | Path | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS,
-             slab_seqs: int = DEFAULT_SLAB_SEQS, slab_tokens: int = DEFAULT_SLAB_TOKENS) -> "Runtime":
-        """A GGUF path, None for the default SmolLM2, or "synthetic" for the compute-free backend."""
+             slab_seqs: int = DEFAULT_SLAB_SEQS, slab_tokens: int = DEFAULT_SLAB_TOKENS,
+             kv_dtype: str = DEFAULT_KV_DTYPE, weight_path: str = "auto") -> "Runtime":
+        """A GGUF path, None for the default SmolLM2, or "synthetic" for the compute-free backend (whose KV holds
+        token ids: float32 only). ``kv_dtype``: the KV cache's element type; ``weight_path``: engine/model.py."""
         if str(model) == SYNTHETIC_NAME:
+            if kv_dtype != "float32":
+                raise ValueError(f"kv dtype {kv_dtype}: the synthetic backend keeps token ids in its KV (float32 only)")
             synthetic, tokenizer = load_synthetic()
             return cls(synthetic, tokenizer, block_tokens, slab_seqs, slab_tokens)
-        loaded = load_gguf(resolve_model_path(model))
-        return cls(LlamaModel(loaded), GGUFTokenizer(loaded.reader), block_tokens, slab_seqs, slab_tokens)
+        loaded = load_gguf(resolve_model_path(model), quantized=weight_path != "float32")
+        return cls(LlamaModel(loaded, weight_path, kv_dtype), GGUFTokenizer(loaded.reader), block_tokens, slab_seqs,
+                   slab_tokens)
 
     @property
     def config(self) -> ModelConfig:
         return self.model.config
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.model.kv_dtype
 
     @property
     def model_name(self) -> str:
@@ -79,8 +89,15 @@ class Runtime:
     def slab(self) -> KVSlab:
         """The running decode batch's shared KV storage, made on first use (a prefill worker never needs it)."""
         if self._slab is None:
-            self._slab = KVSlab(self.config, self.slab_seqs, self.slab_tokens, self.block_tokens)
+            self._slab = KVSlab(self.config, self.slab_seqs, self.slab_tokens, self.block_tokens, self.kv_dtype)
         return self._slab
+
+    def use_kv_dtype(self, kv_dtype: str) -> None:
+        """Make new caches of ``kv_dtype`` from now on (the decode slab is dropped and made again on first use); for
+        benchmarks that compare dtypes in one process, between runs, with no sequence alive."""
+        kv_numpy_dtype(kv_dtype)
+        self.model.kv_dtype = kv_dtype
+        self._slab = None
 
     def new_sequence(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
         """A sequence; with ``params.n`` > 1 it carries n - 1 forks (samples 1..n-1, seeds seed + i) that share its

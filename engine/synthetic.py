@@ -41,6 +41,7 @@ class SyntheticModel:
                                   rope_freq_base=10000.0, rms_eps=1e-5, fingerprint="synthetic-v1")
         self.text_ids = np.asarray(tokenizer.encode(SOURCE_TEXT), dtype=np.int64)
         self.eos_id = tokenizer.eos_id
+        self.kv_dtype = "float32"  # its KV holds token ids and text positions, which 16 bits cannot
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity)

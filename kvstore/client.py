@@ -43,6 +43,7 @@ class BlockData:
     key: str
     token_count: int
     data: bytes | bytearray | memoryview  # fetched: a view of the message that carried it when one did
+    kv_dtype: str = ""  # element type of its K and V (BlockHeader.kv_dtype; "" from writers that predate it)
 
 
 def _method(name: str) -> str:
@@ -165,7 +166,7 @@ class KVStoreClient:
             for i in positions:
                 b = blocks[i]
                 header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
-                                                 crc32=checksum(b.data))
+                                                 crc32=checksum(b.data), kv_dtype=b.kv_dtype)
                 yield from chunks_of(header, b.data, kvstore_pb2.PutChunk)  # the one copy
 
         async def put_shm(shard: int, positions: list[int]) -> int:
@@ -175,7 +176,8 @@ class KVStoreClient:
                     b = blocks[i]
                     shm_files.write_block(file.fd, offset, block_views(b.data))  # the one copy
                     headers.append(kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
-                                                           crc32=checksum(b.data), shm_offset=offset))
+                                                           crc32=checksum(b.data), shm_offset=offset,
+                                                           kv_dtype=b.kv_dtype))
                     offset += len(b.data)
                 chunks = [first_message(headers[0], file.name)] + [kvstore_pb2.PutChunk(header=h)
                                                                    for h in headers[1:]]
@@ -232,7 +234,7 @@ class KVStoreClient:
         def checked(header: kvstore_pb2.BlockHeader, crc32: int, complete: bool, data) -> BlockData:
             if not complete or crc32 != header.crc32:
                 raise KVIntegrityError(f"block {header.key} arrived corrupted")
-            return BlockData(header.key, header.token_count, data)
+            return BlockData(header.key, header.token_count, data, header.kv_dtype)
 
         async def get_socket(shard: int, positions: list[int]) -> None:
             it = iter(positions)

@@ -29,6 +29,7 @@ log = logging.getLogger("pdserve.kvstore")
 
 MAX_KEY_CHARS = 256
 MAX_KEYS_PER_CALL = 65536
+MAX_DTYPE_CHARS = 16  # BlockHeader.kv_dtype: a name such as "bfloat16", stored with the block
 
 OPS = ("put", "get", "lookup", "acquire", "renew", "release")
 
@@ -92,7 +93,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         async def store_block(h: kvstore_pb2.BlockHeader, data, computed_crc32: int | None) -> None:
             nonlocal stored, duplicates
             try:
-                new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32)
+                new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32, h.kv_dtype)
             except ChecksumMismatch as exc:
                 metrics.CHECKSUM_FAILURES.inc()
                 await context.abort(grpc.StatusCode.DATA_LOSS, f"data: {exc}")
@@ -161,6 +162,9 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         if not 0 < h.nbytes <= MAX_BLOCK_BYTES:
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                              f"header.nbytes: must be in 1..{MAX_BLOCK_BYTES}, got {h.nbytes}")
+        if len(h.kv_dtype) > MAX_DTYPE_CHARS or (h.kv_dtype and not h.kv_dtype.isalnum()):
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
+                             f"header.kv_dtype: at most {MAX_DTYPE_CHARS} letters and digits")
 
     async def _open_shm(self, name: str, writable: bool, context) -> int:
         if not self.shm_enabled:
@@ -236,7 +240,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                                                                                      context)
                 n = len(block.data)
                 header = kvstore_pb2.BlockHeader(key=block.key, token_count=block.token_count, nbytes=n,
-                                                 crc32=block.crc32)
+                                                 crc32=block.crc32, kv_dtype=block.kv_dtype)
                 if shm_fd is None:
                     for message in chunks_of(header, block.data, kvstore_pb2.GetChunk):
                         yield message

@@ -44,6 +44,7 @@ class Block:
     data: bytes  # or any object of that length that checksum() reads (the kvstore keeps a kvstore.wire.WireBlock)
     crc32: int
     leases: set[str] = field(default_factory=set)
+    kv_dtype: str = ""  # the writer's (BlockHeader.kv_dtype), sent back with the block
 
 
 @dataclass
@@ -153,7 +154,7 @@ class BlockStore:
                 lease.keys.discard(key)
 
     def put(self, key: str, token_count: int, data: bytes, crc32: int, lease_id: str = "",
-            lease_ttl_s: float = 0.0, computed_crc32: int | None = None) -> bool:
+            lease_ttl_s: float = 0.0, computed_crc32: int | None = None, kv_dtype: str = "") -> bool:
         """Store a block (idempotent). Returns True if newly stored, False if it was already there.
 
         ``computed_crc32``: the checksum of ``data`` if the caller already computed it while receiving the bytes (it
@@ -164,7 +165,7 @@ class BlockStore:
         existing = self.blocks.get(key)
         if existing is None:
             self._make_room(len(data))
-            self.blocks[key] = Block(key, token_count, data, crc32)
+            self.blocks[key] = Block(key, token_count, data, crc32, kv_dtype=kv_dtype)
             self.bytes_used += len(data)
         else:
             self.blocks.move_to_end(key)

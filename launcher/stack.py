@@ -49,6 +49,7 @@ def metrics_port_for(base: int, module: str, index: int) -> int:
 @dataclass
 class StackSpec:
     model: str | None = None
+    kv_dtype: str = "float32"  # the KV cache's element type on the workers, the kvstore's blocks and the router's keys
     n_prefill: int = 1
     n_decode: int = 1
     n_kvstore: int = 1
@@ -139,7 +140,7 @@ class Stack:
     def _plan(self) -> None:
         s = self.spec
         internal, router_security = self._security()
-        model = ["--model", s.model] if s.model else []
+        model = (["--model", s.model] if s.model else []) + (["--kv-dtype", s.kv_dtype] if s.kv_dtype != "float32" else [])
         clock = ["--pace", s.pace, "--time-scale", str(s.time_scale)] + (["--deployment", s.deployment] if s.deployment else [])
         shm = ["--kv-shm"] if s.kv_shm and not s.colocated else []
         kvstores = []

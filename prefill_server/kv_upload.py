@@ -42,7 +42,7 @@ class BlockUploader:
         blocks = []
         for i in range(self.next, ready):
             data = self.seq.kv.export_block(i)
-            blocks.append(BlockData(self.keys[i], bt, data))
+            blocks.append(BlockData(self.keys[i], bt, data, self.seq.kv.kv_dtype))
             self.cache.add(self.keys[i], data)
         self.next = max(self.next, ready)
         return blocks
@@ -69,7 +69,7 @@ class BlockUploader:
         n, bt = len(self.seq.prompt_ids), self.seq.kv.block_tokens
         keys = handle_block_keys(self.keys, self.lease.lease_id, n, bt)
         if len(keys) > len(self.keys):  # the partial tail
-            blocks.append(BlockData(keys[-1], n % bt, self.seq.kv.export_block(len(self.keys))))
+            blocks.append(BlockData(keys[-1], n % bt, self.seq.kv.export_block(len(self.keys)), self.seq.kv.kv_dtype))
         self._put(blocks)
         try:
             await asyncio.gather(*self.pending)

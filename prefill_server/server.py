@@ -76,7 +76,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         metrics.PROMPT_TOKENS.inc(len(ids))
         metrics.PROMPT_LEN.observe(len(ids))
         seq = self.runtime.new_sequence(ids, params, request_id)
-        keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens)
+        keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens, self.runtime.kv_dtype)
         # the router sends one lease id per request; a direct caller gets one per call, so a reused request id
         # never shares KV state (lease, tail block) with another request
         lease = KVLease(self.kv, lease_id, ttl) if lease_id else KVLease.new(self.kv, ttl, scope=request_id)
@@ -142,8 +142,10 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         reuse = min(max(local, stored), reusable)
         fetched = await self.kv.get(keys[local:reuse]) if reuse > local else []
         for i in range(reuse):
-            data = self.cache.get(keys[i]) if i < local else fetched[i - local].data
-            seq.kv.append_block(data, bt)
+            if i < local:
+                seq.kv.append_block(self.cache.get(keys[i]), bt)  # (keys name the dtype: the cache's own)
+            else:
+                seq.kv.append_block(fetched[i - local].data, bt, fetched[i - local].kv_dtype)
         for block in fetched:
             self.cache.add(block.key, block.data)
         return stored, reuse
@@ -156,7 +158,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
 
     def _handle(self, keys: list[str], token_count: int, lease: KVLease) -> common_pb2.KVHandle:
         return common_pb2.KVHandle(block_keys=keys, token_count=token_count, block_tokens=self.runtime.block_tokens,
-                                   lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s, model_fingerprint=self.fingerprint)
+                                   lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s, model_fingerprint=self.fingerprint,
+                                   kv_dtype=self.runtime.kv_dtype)
 
 
 def build_parser():

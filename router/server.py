@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
         lease_ttl_s=args.lease_ttl_s, decode_resumes=args.decode_resumes,
-        decode_prefetch=args.decode_prefetch)
+        decode_prefetch=args.decode_prefetch, kv_dtype=args.kv_dtype)
     set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
 
     async def run() -> None:

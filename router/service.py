@@ -16,6 +16,7 @@ from pdserve.common.metrics import request_id_var
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import check_request_id
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
@@ -47,6 +48,7 @@ class RouterConfig:
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
     decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
     decode_prefetch: bool = True  # a decode worker imports the KV while prefill computes it (Decode.Prefetch)
+    kv_dtype: str = DEFAULT_KV_DTYPE  # the workers' (names the blocks: the router predicts their keys)
 
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
@@ -178,7 +180,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             async for chunk in self._relay_all(samples, requests, context, track):
                 yield chunk
             return
-        keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens)
+        keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens, self.config.kv_dtype)
         # the router names the request's lease and holds it (and a copy per extra sample) until the request ends,
         # e.g. cancelled between prefill and decode; prefill stores under it, decode releases it once it has the KV
         async with contextlib.AsyncExitStack() as leases:
@@ -224,7 +226,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         remaining = context.time_remaining()
         handle = common_pb2.KVHandle(block_keys=handle_keys, token_count=len(ids), block_tokens=self.config.block_tokens,
                                      lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s,
-                                     model_fingerprint=self.config.fingerprint,
+                                     model_fingerprint=self.config.fingerprint, kv_dtype=self.config.kv_dtype,
                                      wait_s=min(MAX_WAIT_S, remaining if remaining is not None else MAX_WAIT_S))
         return start_prefetch(self.decode, decode_pb2.PrefetchRequest(request_id=request_id, kv=handle), remaining,
                               track)

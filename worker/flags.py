@@ -67,7 +67,10 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
     except ValueError as exc:
         raise SystemExit(f"modeled deployment: {exc}") from None
     extra = {"slab_seqs": args.max_num_seqs} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
-    runtime = Runtime.load(args.model, args.block_tokens, **extra)
+    try:
+        runtime = Runtime.load(args.model, args.block_tokens, kv_dtype=args.kv_dtype, **extra)
+    except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
+        raise SystemExit(f"--kv-dtype: {exc}") from None
     config = SchedulerConfig(role, args.max_num_seqs, args.max_num_batched_tokens, kv_blocks, args.block_tokens)
     return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue, default_served_name(args.model),
                   args.model_step_nice)

@@ -47,7 +47,7 @@ class SamplingParams(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., seed: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., include_stop_str_in_output: _Optional[bool] = ..., repetition_max_repeats: _Optional[int] = ..., repetition_max_period: _Optional[int] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ...) -> None: ...
 
 class KVHandle(_message.Message):
-    __slots__ = ("block_keys", "token_count", "block_tokens", "lease_id", "lease_ttl_s", "model_fingerprint", "wait_s")
+    __slots__ = ("block_keys", "token_count", "block_tokens", "lease_id", "lease_ttl_s", "model_fingerprint", "wait_s", "kv_dtype")
     BLOCK_KEYS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     BLOCK_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class KVHandle(_message.Message):
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
     MODEL_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    KV_DTYPE_FIELD_NUMBER: _ClassVar[int]
     block_keys: _containers.RepeatedScalarFieldContainer[str]
     token_count: int
     block_tokens: int
@@ -62,7 +63,8 @@ class KVHandle(_message.Message):
     lease_ttl_s: float
     model_fingerprint: str
     wait_s: float
-    def __init__(self, block_keys: _Optional[_Iterable[str]] = ..., token_count: _Optional[int] = ..., block_tokens: _Optional[int] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ..., model_fingerprint: _Optional[str] = ..., wait_s: _Optional[float] = ...) -> None: ...
+    kv_dtype: str
+    def __init__(self, block_keys: _Optional[_Iterable[str]] = ..., token_count: _Optional[int] = ..., block_tokens: _Optional[int] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ..., model_fingerprint: _Optional[str] = ..., wait_s: _Optional[float] = ..., kv_dtype: _Optional[str] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "logprob", "token", "token_bytes")

@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class BlockHeader(_message.Message):
-    __slots__ = ("key", "token_count", "nbytes", "crc32", "shm_offset", "data")
+    __slots__ = ("key", "token_count", "nbytes", "crc32", "shm_offset", "data", "kv_dtype")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
     CRC32_FIELD_NUMBER: _ClassVar[int]
     SHM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    KV_DTYPE_FIELD_NUMBER: _ClassVar[int]
     key: str
     token_count: int
     nbytes: int
     crc32: int
     shm_offset: int
     data: bytes
-    def __init__(self, key: _Optional[str] = ..., token_count: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ..., shm_offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    kv_dtype: str
+    def __init__(self, key: _Optional[str] = ..., token_count: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ..., shm_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., kv_dtype: _Optional[str] = ...) -> None: ...
 
 class PutChunk(_message.Message):
     __slots__ = ("header", "data", "lease_id", "lease_ttl_s", "shm_name")
