@@ -11,6 +11,7 @@ the largest count at which the quantized ones were faster.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -21,8 +22,10 @@ from pdserve.engine.quantized import QuantizedWeights
 
 log = logging.getLogger("pdserve.engine")
 
-ROW_COUNTS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # batch sizes tried, in order; the first loss ends the search
+ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes tried, in order; the first loss ends the search
 REPEATS = 3  # each timing is the best of this many runs
+BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy machine: about a second otherwise)
+CROSSOVER_ENV = "PDSERVE_QUANT_CROSSOVER"  # a batch size here is used as it is, nothing measured
 _measured: dict[tuple, int] = {}  # per process: (model fingerprint, threads) -> crossover
 
 
@@ -34,10 +37,11 @@ def product_pairs(quantized: QuantizedWeights, dense: Iterable[np.ndarray], thre
 
 def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[int], list[np.ndarray]],
                       row_counts: tuple[int, ...] = ROW_COUNTS, timer: Callable[[], float] = time.perf_counter,
-                      repeats: int = REPEATS) -> int:
+                      repeats: int = REPEATS, budget_s: float = BUDGET_S) -> int:
     """The largest row count in ``row_counts`` up to which every count ran the quantized products faster than the
     float32 ones (0: not even one row). ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an
-    activation ``[rows, in]`` for each pair."""
+    activation ``[rows, in]`` for each pair. Past ``budget_s`` no further count is tried."""
+    start = timer()
     def best(products: list[Callable], xs: list[np.ndarray]) -> float:
         times = []
         for _ in range(repeats):
@@ -49,6 +53,8 @@ def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[
 
     crossover = 0
     for rows in row_counts:
+        if timer() - start > budget_s:
+            break
         xs = inputs(rows)
         quantized = best([q for q, _ in pairs], xs)
         dense = best([f for _, f in pairs], xs)
@@ -61,11 +67,15 @@ def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[
 def model_crossover(key: tuple, quantized: QuantizedWeights, dense: list[np.ndarray], threads: int) -> int:
     """:func:`measure_crossover` for a model's matrices (``dense``: their float32 forms, ``[in, out]``, in the order
     of :func:`product_pairs`), measured once per process and key."""
+    if os.environ.get(CROSSOVER_ENV):
+        return int(os.environ[CROSSOVER_ENV])
     if key not in _measured:
         pairs = product_pairs(quantized, dense, threads)
         widths = [w.shape[0] for w, q in zip(dense, step_matrices(quantized)) if q is not None]
         rng = np.random.default_rng(0)
-        pairs[0][0](np.ones((1, widths[0]), np.float32))  # compile and start the threads before timing
+        for (product, dense_product), width in zip(pairs, widths):  # compile, start threads, load pages: untimed
+            product(np.ones((2, width), np.float32))
+            dense_product(np.ones((2, width), np.float32))
         _measured[key] = measure_crossover(
             pairs, lambda rows: [rng.standard_normal((rows, n), dtype=np.float32) for n in widths])
         log.info("quantized weights up to a batch of %d rows (measured), float32 BLAS above", _measured[key])

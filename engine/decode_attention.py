@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from pdserve.engine.compiled import compiled
-from pdserve.engine.fast_exp import exp_nonpositive
+from pdserve.engine.fast_exp import exp_le0
 from pdserve.engine.kv_dtype import is_bfloat16, kernel_view
 from pdserve.engine.llvm_ops import widen
 from pdserve.engine.parallel import Parallel
@@ -143,6 +143,21 @@ class DecodeAttention:
 
 
 def _softmax(scores: np.ndarray) -> None:
-    np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
-    exp_nonpositive(scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
+    _softmax_rows(scores.reshape(-1, scores.shape[-1]))
+
+
+@compiled(fastmath=_FASTMATH)
+def _softmax_rows(scores):  # pragma: no cover - compiled
+    """Each row of ``scores`` [rows, width] (masked entries -inf) replaced by its softmax, in one compiled pass."""
+    for i in range(scores.shape[0]):
+        row = scores[i]
+        top = row[0]
+        for t in range(row.size):
+            top = max(top, row[t])
+        total = F32(0.0)
+        for t in range(row.size):
+            row[t] = exp_le0(row[t] - top)
+            total += row[t]
+        inv = F32(1.0) / total
+        for t in range(row.size):
+            row[t] *= inv

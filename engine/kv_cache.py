@@ -90,7 +90,7 @@ class SequenceKV:
         out = np.empty((c.n_layers, 2, end - start, c.n_kv_heads, c.head_dim), dtype=self.dtype)
         out[:, 0] = self.k[:, :, start:end].transpose(0, 2, 1, 3)
         out[:, 1] = self.v[:, :, start:end].transpose(0, 2, 1, 3)
-        return memoryview(out).cast("B")
+        return memoryview(out.reshape(-1).view(np.uint8))  # (bytes: a buffer cannot carry ml_dtypes' bfloat16)
 
     def append_block(self, data: bytes, tokens: int, kv_dtype: str | None = None) -> None:
         """Append one block received as bytes; validates its size against the model's shape before reading it.

@@ -79,10 +79,76 @@ def widen(value, bfloat16):  # pragma: no cover - replaced by the overload below
     raise NotImplementedError("widen is for compiled code")
 
 
-@overload(widen, inline="always")
+@overload(widen)
 def _widen(value, bfloat16):
     if value == types.float32:
         return lambda value, bfloat16: value
     if value == types.uint16:
-        return lambda value, bfloat16: bfloat_to_float(value) if bfloat16 else half_to_float(value)
+        def from_bits(value, bfloat16):
+            if bfloat16:
+                return bfloat_to_float(value)
+            return half_to_float(value)
+        return from_bits
+    return None
+
+
+@intrinsic
+def bits_to_float(typingctx, bits):
+    """The float32 whose bits are the low 32 bits of ``bits`` (an integer: numba widens int32 arithmetic)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = args[0]
+        if bits.bitwidth > 32:
+            value = builder.trunc(value, _I32)
+        elif bits.bitwidth < 32:
+            value = builder.zext(value, _I32)
+        return builder.bitcast(value, _F32)
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def float_to_half(typingctx, value):
+    """The bits (uint16) of the IEEE half nearest to ``value`` (float32), ties to even, as numpy's cast."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def float_to_bfloat(typingctx, value):
+    """The bits (uint16) of the bfloat16 nearest to ``value`` (float32), ties to even; NaN stays a (quiet) NaN."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        bits = builder.bitcast(args[0], _I32)
+        odd = builder.and_(builder.lshr(bits, ir.Constant(_I32, 16)), ir.Constant(_I32, 1))
+        rounded = builder.add(builder.add(bits, ir.Constant(_I32, 0x7FFF)), odd)
+        is_nan = builder.fcmp_unordered("uno", args[0], args[0])
+        chosen = builder.select(is_nan, builder.or_(bits, ir.Constant(_I32, 0x00400000)), rounded)
+        return builder.trunc(builder.lshr(chosen, ir.Constant(_I32, 16)), ir.IntType(16))
+    return types.uint16(types.float32), codegen
+
+
+def narrow(value, bfloat16, like):  # pragma: no cover - replaced by the overload below inside compiled code
+    """``value`` (float32) as an element of an array whose elements are like ``like``: float32 as it is, uint16 as
+    the bits of the nearest bfloat16 (``bfloat16``) or IEEE half. For compiled code only."""
+    raise NotImplementedError("narrow is for compiled code")
+
+
+@overload(narrow)
+def _narrow(value, bfloat16, like):
+    if like == types.float32:
+        return lambda value, bfloat16, like: value
+    if like == types.uint16:
+        def to_bits(value, bfloat16, like):
+            if bfloat16:
+                return float_to_bfloat(value)
+            return float_to_half(value)
+        return to_bits
     return None

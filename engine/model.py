@@ -18,7 +18,8 @@ from pdserve.engine.decode_attention import DecodeAttention
 from pdserve.engine.fast_exp import exp_nonpositive
 from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from pdserve.engine.kv_cache import KVSlab, SequenceKV
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kv_numpy_dtype
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, is_bfloat16, kernel_view, kv_numpy_dtype
+from pdserve.engine.layer_kernels import rms_norm_rows, rope_in_place, silu_mul_rows, write_positions
 from pdserve.engine.parallel import Parallel
 from pdserve.engine.quantized import QuantizedMatrix
 
@@ -29,54 +30,32 @@ MIN_SPLIT_ROWS = 16
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 WEIGHT_PATHS = ("auto", "float32", "quantized")  # auto: quantized up to the measured crossover batch, float32 above
+_NO_GAIN = np.zeros(0, dtype=F32)  # rms_norm_rows without a gain
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: np.float32) -> np.ndarray:
     """x * weight / sqrt(mean(x^2) + eps), row-wise. x: [N, hidden]. weight None: gain folded into the next matmul."""
-    inv_rms = np.einsum("nd,nd->n", x, x)[:, None]  # sum of squares per row, without a squared copy
-    inv_rms *= F32(1.0 / x.shape[-1])
-    inv_rms += eps
-    np.sqrt(inv_rms, out=inv_rms)
-    np.reciprocal(inv_rms, out=inv_rms)
-    out = x * inv_rms
-    if weight is not None:
-        out *= weight
+    out = np.empty_like(x)
+    rms_norm_rows(x, _NO_GAIN if weight is None else weight, eps, out)
     return out
 
 
-def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """silu(gate) * up, computed in one scratch buffer."""
-    out = np.negative(gate)
-    np.exp(out, out=out)
-    out += F32(1.0)
-    np.divide(gate, out, out=out)
-    out *= up
+def silu_mul(gate_up: np.ndarray, width: int) -> np.ndarray:
+    """silu(gate) * up for rows [gate | up] of ``width`` each."""
+    out = np.empty((gate_up.shape[0], width), dtype=F32)
+    silu_mul_rows(gate_up, width, out)
     return out
 
 
 class RotaryEmbedding:
-    """RoPE on interleaved pairs (2i, 2i+1): the convention of GGUF llama weights, whose Q/K rows are permuted for it."""
+    """RoPE on interleaved pairs (2i, 2i+1): the convention of GGUF llama weights, whose Q/K rows are permuted for it.
+    Applied in place to a forward's Q and K by engine/layer_kernels.py's rope_in_place, from these tables."""
 
     def __init__(self, head_dim: int, base: float, max_positions: int) -> None:
         inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))  # [D/2]
         angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)  # [T, D/2]
         self.cos = np.cos(angles).astype(F32)
         self.sin = np.sin(angles).astype(F32)
-
-    def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """cos and sin for these positions, [N, 1, D/2]: looked up once per forward, used by every layer."""
-        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
-
-    @staticmethod
-    def apply(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """x: [N, heads, D] -> rotated copy."""
-        n, heads, dim = x.shape
-        pairs = x.reshape(n, heads, dim // 2, 2)
-        even, odd = pairs[..., 0], pairs[..., 1]  # [N, heads, D/2]
-        out = np.empty_like(pairs)
-        out[..., 0] = even * cos - odd * sin
-        out[..., 1] = even * sin + odd * cos
-        return out.reshape(n, heads, dim)
 
 
 class LlamaModel:
@@ -143,10 +122,9 @@ class LlamaModel:
         if flat.size and (flat.min() < 0 or flat.max() >= c.vocab_size):
             raise ValueError(f"token id outside 0..{c.vocab_size - 1}")
         plan = AttentionPlan.build(caches, [len(t) for t in new_tokens], slab, c.context_length)
-        cos, sin = self.rope.tables(plan.positions)
         split = self._split_pays(plan, flat.size)
         with self.parallel.single_threaded_blas() if split else nullcontext():
-            return self._layers(plan, flat, cos, sin, split, self.quantized_rows(flat.size))
+            return self._layers(plan, flat, split, self.quantized_rows(flat.size))
 
     def _split_pays(self, plan: AttentionPlan, rows: int) -> bool:
         """Whether this forward runs its products on our own two threads (the decode attention too, where it is large
@@ -160,8 +138,7 @@ class LlamaModel:
         return prefill or (plan.slab_rows.size > 0
                            and self.decode_attention.splits(plan.lengths, self.config.n_kv_heads))
 
-    def _layers(self, plan: AttentionPlan, flat: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-                split: bool, quantized: bool) -> np.ndarray:
+    def _layers(self, plan: AttentionPlan, flat: np.ndarray, split: bool, quantized: bool) -> np.ndarray:
         """The decoder over ``flat`` tokens; ``split``: every float32 product and the decode attention on both of
         ``self.parallel``'s threads (engine/parallel.py says why); ``quantized``: the quantized matrices where there
         are some."""
@@ -175,15 +152,15 @@ class LlamaModel:
             ql = w.quantized.layers[layer] if quantized else None
             # attention block
             qkv = self._normed_product(x, ql and ql.qkv, ql and ql.attn_norm, lw.wqkv, mm)  # [N, q + 2 kv width]
-            qk = RotaryEmbedding.apply(qkv[:, :q_width + kv_width].reshape(-1, heads_qk, c.head_dim), cos, sin)
-            q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]  # [N, H, D], [N, KVH, D]
+            rope_in_place(qkv, self.rope.cos, self.rope.sin, plan.positions, heads_qk, c.head_dim)
+            q = qkv[:, :q_width].reshape(-1, c.n_heads, c.head_dim)  # [N, H, D]
+            k = qkv[:, q_width:q_width + kv_width].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
             attn = self._attention(plan, layer, q, k, v, split)  # [N, H * D]
             self._add_product(x, attn, ql and ql.wo, lw.wo, mm)
             # feed-forward block (SwiGLU)
             gate_up = self._normed_product(x, ql and ql.gate_up, ql and ql.ffn_norm, lw.w_gate_up, mm)  # [N, 2 ffn]
-            self._add_product(x, silu_mul(gate_up[:, :c.ffn_hidden], gate_up[:, c.ffn_hidden:]), ql and ql.down,
-                              lw.w_down, mm)
+            self._add_product(x, silu_mul(gate_up, c.ffn_hidden), ql and ql.down, lw.w_down, mm)
         for kv, n in zip(plan.caches, plan.counts):
             kv.length += n
         last = rms_norm(x[plan.offsets[1:] - 1], w.output_norm, self.eps)  # [n_sequences, hidden]
@@ -273,8 +250,9 @@ class LlamaModel:
         """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
-        slab.k[layer, slots, :, lengths - 1] = k
-        slab.v[layer, slots, :, lengths - 1] = v
+        bf16 = is_bfloat16(slab.k)
+        write_positions(kernel_view(slab.k[layer]), slots, lengths - 1, k, bf16)
+        write_positions(kernel_view(slab.v[layer]), slots, lengths - 1, v, bf16)
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
         return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split).reshape(q.shape[0], -1)
 

@@ -52,6 +52,20 @@ def _q4_partials(qs, x, t, b, part, lo, hi):  # pragma: no cover - compiled
 
 
 @compiled(fastmath=_FASTMATH)
+def _block_sums(x):  # pragma: no cover - compiled
+    """[M, in / 32]: the sum of each activation row's 32 values of every block (what a block's minimum, or Q4_0's
+    offset of 8, multiplies)."""
+    sums = np.empty((x.shape[0], x.shape[1] // 32), F32)
+    for i in range(x.shape[0]):
+        for b in range(sums.shape[1]):
+            total = F32(0.0)
+            for j in range(32):
+                total += x[i, b * 32 + j]
+            sums[i, b] = total
+    return sums
+
+
+@compiled(fastmath=_FASTMATH)
 def _store(acc, y, t, accumulate):  # pragma: no cover - compiled
     """The tile's finished rows into y[:, t * T ...], rows past y's end (padding) dropped."""
     tile = acc.shape[1]
@@ -68,9 +82,10 @@ def _store(acc, y, t, accumulate):  # pragma: no cover - compiled
 
 
 @compiled(fastmath=_FASTMATH)
-def q4_1_tiles(scales, mins, qs, x, xsum, y, t0, t1, accumulate):  # pragma: no cover - compiled
-    """Q4_1 (weight = scale * q + min): y[:, rows of tiles t0..t1] (+)= x @ W.T. x: [M, in]; xsum: [M, blocks]."""
+def q4_1_tiles(scales, mins, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
+    """Q4_1 (weight = scale * q + min): y[:, rows of tiles t0..t1] (+)= x @ W.T. x: [M, in]."""
     rows, nb, tile = x.shape[0], scales.shape[1], scales.shape[2]
+    xsum = _block_sums(x)
     part = np.empty((rows, tile), F32)
     acc = np.empty((rows, tile), F32)
     lo = np.empty(tile, F32)
@@ -88,9 +103,10 @@ def q4_1_tiles(scales, mins, qs, x, xsum, y, t0, t1, accumulate):  # pragma: no 
 
 
 @compiled(fastmath=_FASTMATH)
-def q4_0_tiles(scales, mins, qs, x, xsum, y, t0, t1, accumulate):  # pragma: no cover - compiled
+def q4_0_tiles(scales, mins, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
     """Q4_0 (weight = scale * (q - 8)); ``mins`` is unused (the signature is the kernels' common one)."""
     rows, nb, tile = x.shape[0], scales.shape[1], scales.shape[2]
+    xsum = _block_sums(x)
     part = np.empty((rows, tile), F32)
     acc = np.empty((rows, tile), F32)
     lo = np.empty(tile, F32)
@@ -108,7 +124,7 @@ def q4_0_tiles(scales, mins, qs, x, xsum, y, t0, t1, accumulate):  # pragma: no 
 
 
 @compiled(fastmath=_FASTMATH)
-def q8_0_tiles(scales, mins, qs, x, xsum, y, t0, t1, accumulate):  # pragma: no cover - compiled
+def q8_0_tiles(scales, mins, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
     """Q8_0 (weight = scale * q, q a signed byte); two byte positions per pass over the partial sums."""
     rows, nb, tile = x.shape[0], scales.shape[1], scales.shape[2]
     part = np.empty((rows, tile), F32)
@@ -143,22 +159,22 @@ def q8_0_tiles(scales, mins, qs, x, xsum, y, t0, t1, accumulate):  # pragma: no 
 
 
 @compiled(parallel=True)
-def q4_1_halves(scales, mins, qs, x, xsum, y, accumulate):  # pragma: no cover - compiled
+def q4_1_halves(scales, mins, qs, x, y, accumulate):  # pragma: no cover - compiled
     """q4_1_tiles over every tile, in two halves on numba's two threads (one parallel region)."""
     mid = (qs.shape[0] + 1) // 2
     for half in numba.prange(2):
-        q4_1_tiles(scales, mins, qs, x, xsum, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
+        q4_1_tiles(scales, mins, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
 
 
 @compiled(parallel=True)
-def q4_0_halves(scales, mins, qs, x, xsum, y, accumulate):  # pragma: no cover - compiled
+def q4_0_halves(scales, mins, qs, x, y, accumulate):  # pragma: no cover - compiled
     mid = (qs.shape[0] + 1) // 2
     for half in numba.prange(2):
-        q4_0_tiles(scales, mins, qs, x, xsum, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
+        q4_0_tiles(scales, mins, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
 
 
 @compiled(parallel=True)
-def q8_0_halves(scales, mins, qs, x, xsum, y, accumulate):  # pragma: no cover - compiled
+def q8_0_halves(scales, mins, qs, x, y, accumulate):  # pragma: no cover - compiled
     mid = (qs.shape[0] + 1) // 2
     for half in numba.prange(2):
-        q8_0_tiles(scales, mins, qs, x, xsum, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
+        q8_0_tiles(scales, mins, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)

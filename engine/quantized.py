@@ -81,10 +81,8 @@ class QuantizedMatrix:
         """``x @ W.T`` as float32 ``[M, out]``; with ``into`` (float32 ``[M, out]``, C-contiguous) the product is
         added to it in place and it is returned. ``threads`` 2: the tiles in two halves on two threads."""
         x = np.ascontiguousarray(x, dtype=np.float32)
-        rows = x.shape[0]
-        xsum = x.reshape(rows, -1, BLOCK).sum(axis=2, dtype=np.float32)
-        y = into if into is not None else np.empty((rows, self.out), dtype=np.float32)
-        args = (self.scales, self.mins, self.qs, x, xsum, y)
+        y = into if into is not None else np.empty((x.shape[0], self.out), dtype=np.float32)
+        args = (self.scales, self.mins, self.qs, x, y)
         if threads > 1 and self.qs.shape[0] > 1:
             self.format.halves(*args, into is not None)
         else:

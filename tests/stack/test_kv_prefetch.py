@@ -120,6 +120,16 @@ def test_prefetches_that_nobody_takes_are_dropped_and_bad_ones_refused(stack):
                 await stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-bad", kv=bad))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert err.value.details().startswith("kv.model_fingerprint")
+            bad.CopyFrom(handle)
+            bad.kv_dtype = "float16"  # KV of another width than this worker's float32 cache: refused before fetching
+            for call in (stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-dtype", kv=bad)),
+                         stub.Decode(decode_pb2.DecodeRequest(request_id="pf-dtype", prompt_ids=prompt, kv=bad,
+                                                              first_token=3, sampling=SAMPLING))):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await _collect(call) if isinstance(call, grpc.aio.UnaryStreamCall) else await call
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert err.value.details().startswith("kv.kv_dtype: the KV is float16, this decode worker's cache "
+                                                      "is float32")
             # blocks that never come: NOT_FOUND at the end of wait_s, and the copy is gone
             never = common_pb2.KVHandle()
             never.CopyFrom(handle)

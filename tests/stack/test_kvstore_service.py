@@ -65,12 +65,14 @@ def test_service_sharded_put_get_lookup(small_kvstores):
     async def scenario():
         kv = KVStoreClient(targets)
         try:
-            blocks = [BlockData(f"shard-test-{i}", 1, bytes([i]) * 50) for i in range(8)]
+            blocks = [BlockData(f"shard-test-{i}", 1, bytes([i]) * 50, ("", "float16", "bfloat16")[i % 3])
+                      for i in range(8)]
             await kv.put(blocks, "sh", 60)
             assert {kv.shard_of(b.key) for b in blocks} == {0, 1}
             assert await kv.lookup([b.key for b in blocks] + ["missing"]) == 8
             got = await kv.get([b.key for b in reversed(blocks)])
             assert [g.data for g in got] == [b.data for b in reversed(blocks)]
+            assert [g.kv_dtype for g in got] == [b.kv_dtype for b in reversed(blocks)]  # kept, sent back
             assert await kv.release("sh") == 8
         finally:
             await kv.close()
@@ -93,6 +95,11 @@ def test_service_rejects_bad_input(small_kvstores):
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await kv.renew("x", 99999)
             assert "lease_ttl_s" in err.value.details()
+            for dtype in ("x" * 17, "float 16"):  # a bounded name of letters and digits, stored with the block
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await kv.put([BlockData("dtype", 1, b"1", dtype)])
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert err.value.details().startswith("header.kv_dtype")
             assert await kv.lookup(["nothing"]) == 0  # still serving
         finally:
             await kv.close()
