@@ -5,7 +5,8 @@ Each mode starts its own stack (router, prefill, kvstore, decode) with prompts p
 reads, per request: TTFT at the client, the gap from the first token to the second at the client (prefill's end to
 decode's first token: the router's hand-over, decode's KV fetch and one decode step), and the two hand-off
 figures the stack reports (prefill's KV store time left after its last chunk, decode's KV fetch time). Their sum,
-store plus gap, is the time from the end of prefill's compute to the second token.
+store plus gap, is the time from the end of prefill's compute to the second token. Each mode runs once per KV dtype
+(``--kv-dtypes``): a 16-bit cache moves half the bytes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ MODES: dict[str, dict[str, list[str]]] = {
 @dataclass
 class HandoffRow:
     mode: str
+    kv_dtype: str
     requests: int
     ttft_ms: float  # means over the requests
     first_gap_ms: float  # first token to second token, at the client
@@ -57,20 +59,22 @@ def _one(client: PdserveClient, prompt: list[int], output_len: int) -> tuple[flo
 
 
 def run_handoff_bench(model: str | None, prompt_len: int, requests: int, chunk_tokens: int,
-                      modes: list[str], output_len: int = 4, seed: int = 0) -> list[HandoffRow]:
-    rng = np.random.default_rng(seed)
+                      modes: list[str], output_len: int = 4, seed: int = 0,
+                      kv_dtypes: tuple[str, ...] = ("float32",)) -> list[HandoffRow]:
     rows = []
     for mode in modes:
-        extra = {name: list(flags) for name, flags in MODES[mode].items()}
-        extra.setdefault("prefill", []).extend(["--max-num-batched-tokens", str(chunk_tokens)])
-        with Stack(StackSpec(model=model, extra=extra)) as stack, PdserveClient(stack.router_target) as client:
-            vocab = stack_vocab(model)
-            prompts = [rng.integers(3, vocab, prompt_len).tolist() for _ in range(requests + 1)]
-            _one(client, prompts[0], output_len)  # warm-up: connections, first allocations
-            got = [_one(client, p, output_len) for p in prompts[1:]]
-        means = [statistics.fmean(x) * 1e3 for x in zip(*got)]
-        rows.append(HandoffRow(mode, requests, *means))
-        rng = np.random.default_rng(seed)  # the same prompts for every mode
+        for kv_dtype in kv_dtypes:
+            rng = np.random.default_rng(seed)  # the same prompts for every mode and dtype
+            extra = {name: list(flags) for name, flags in MODES[mode].items()}
+            extra.setdefault("prefill", []).extend(["--max-num-batched-tokens", str(chunk_tokens)])
+            with (Stack(StackSpec(model=model, extra=extra, kv_dtype=kv_dtype)) as stack,
+                  PdserveClient(stack.router_target) as client):
+                vocab = stack_vocab(model)
+                prompts = [rng.integers(3, vocab, prompt_len).tolist() for _ in range(requests + 1)]
+                _one(client, prompts[0], output_len)  # warm-up: connections, first allocations
+                got = [_one(client, p, output_len) for p in prompts[1:]]
+            means = [statistics.fmean(x) * 1e3 for x in zip(*got)]
+            rows.append(HandoffRow(mode, kv_dtype, requests, *means))
     return rows
 
 
@@ -82,9 +86,9 @@ def stack_vocab(model: str | None) -> int:
 
 
 def format_handoff(rows: list[HandoffRow], prompt_len: int, chunk_tokens: int) -> str:
-    columns = [("mode", "<16"), ("requests", ">8"), ("TTFT", ">8.1f"), ("kv store", ">9.1f"), ("1st->2nd token", ">15.1f"),
-               ("kv fetch", ">9.1f"), ("prefill end->2nd token", ">23.1f")]
-    table = fixed_width(columns, [(r.mode, r.requests, r.ttft_ms, r.kv_store_ms, r.first_gap_ms, r.kv_fetch_ms,
-                                   r.prefill_end_to_second_ms) for r in rows])
+    columns = [("mode", "<16"), ("kv", "<8"), ("requests", ">8"), ("TTFT", ">8.1f"), ("kv store", ">9.1f"),
+               ("1st->2nd token", ">15.1f"), ("kv fetch", ">9.1f"), ("prefill end->2nd token", ">23.1f")]
+    table = fixed_width(columns, [(r.mode, r.kv_dtype, r.requests, r.ttft_ms, r.kv_store_ms, r.first_gap_ms,
+                                   r.kv_fetch_ms, r.prefill_end_to_second_ms) for r in rows])
     return "\n".join([f"KV hand-off in the stack: {prompt_len}-token prompts prefilled in chunks of {chunk_tokens} "
                       "tokens, one request at a time, means in ms", *table])

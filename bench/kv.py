@@ -31,6 +31,7 @@ import numpy as np
 from pdserve.bench.kv_sink import SINK_SERVICE, message_sizes
 from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.common.server import CHANNEL_OPTIONS
+from pdserve.engine.kv_dtype import KV_DTYPES
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.wire import CHUNK_BYTES
 from pdserve.launcher.stack import free_port
@@ -234,7 +235,11 @@ def main(a: argparse.Namespace) -> int:
             print(f"pdserve bench kv: --modes must name some of {', '.join(MODES)}; --prompt-len, --chunk-tokens and "
                   "--requests must be >= 1", file=sys.stderr)
             return 2
-        handoff = run_handoff_bench(a.model, a.prompt_len, a.requests, a.chunk_tokens, modes)
+        kv_dtypes = tuple(x for x in a.kv_dtypes.split(",") if x)
+        if any(x not in KV_DTYPES for x in kv_dtypes):
+            print(f"pdserve bench kv: --kv-dtypes must name some of {', '.join(KV_DTYPES)}", file=sys.stderr)
+            return 2
+        handoff = run_handoff_bench(a.model, a.prompt_len, a.requests, a.chunk_tokens, modes, kv_dtypes=kv_dtypes)
         print(format_handoff(handoff, a.prompt_len, a.chunk_tokens))
         if a.json:
             with open(a.json, "w") as fh:
@@ -264,3 +269,4 @@ def add_args(p) -> None:
     g.add_argument("--prompt-len", type=int, default=1024)
     g.add_argument("--chunk-tokens", type=int, default=256, help="prefill's --max-num-batched-tokens")
     g.add_argument("--requests", type=int, default=4, help="measured requests per mode (after one warm-up)")
+    g.add_argument("--kv-dtypes", default="float32,float16", help="each mode's stack once per KV dtype")

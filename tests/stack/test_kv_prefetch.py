@@ -156,7 +156,9 @@ def test_bench_kv_handoff_prints_a_row_per_mode(tiny_model_path, capsys):
     from pdserve.cli.main import main
 
     assert main(["bench", "kv", "--handoff", "--model", str(tiny_model_path), "--prompt-len", "40", "--chunk-tokens",
-                 "16", "--requests", "1", "--modes", "store per chunk,+ prefetch"]) == 0
+                 "16", "--requests", "1", "--modes", "store per chunk,+ prefetch", "--kv-dtypes", "float32,bfloat16"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert "40-token prompts prefilled in chunks of 16 tokens" in lines[0] and "prefill end->2nd token" in lines[1]
-    assert [line.split()[0] for line in lines[2:]] == ["store", "+"] and all(len(line.split()) >= 7 for line in lines[2:])
+    assert [line.split()[0] for line in lines[2:]] == ["store", "store", "+", "+"]
+    assert [line.split()[3 if line.startswith("store") else 2] for line in lines[2:]] == ["float32", "bfloat16"] * 2
+    assert all(len(line.split()) >= 8 for line in lines[2:])
