@@ -156,3 +156,37 @@ def test_a_decode_step_takes_both_threads_only_when_its_attention_is_worth_split
     products.clear()
     model.decode_step(caches, [9] * MIN_SPLIT_ROWS)
     assert products == []
+
+
+def test_compiled_layer_passes_equal_their_float64_formulas():
+    """RMSNorm (with and without a gain), RoPE on interleaved pairs and SwiGLU's gate, as compiled, against float64."""
+    from pdserve.engine.layer_kernels import rms_norm_rows, rope_in_place, silu_mul_rows
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 72)).astype(np.float32)
+    gain = rng.standard_normal(72).astype(np.float32)
+    x64 = x.astype(np.float64)
+    normed = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-5)
+    for g, want in ((gain, normed * gain), (np.zeros(0, np.float32), normed)):
+        out = np.empty_like(x)
+        rms_norm_rows(x, g, np.float32(1e-5), out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+    heads, dim = 3, 8
+    qkv = rng.standard_normal((4, heads * dim + 5)).astype(np.float32)  # 5 trailing columns (V) stay as they are
+    angles = rng.uniform(0, 6, (10, dim // 2))
+    positions = np.array([0, 9, 3, 3])
+    rotated = qkv.copy()
+    rope_in_place(rotated, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32), positions, heads, dim)
+    pairs = qkv[:, :heads * dim].astype(np.float64).reshape(4, heads, dim // 2, 2)
+    c, s = np.cos(angles[positions])[:, None], np.sin(angles[positions])[:, None]
+    want = np.stack([pairs[..., 0] * c - pairs[..., 1] * s, pairs[..., 0] * s + pairs[..., 1] * c], -1)
+    np.testing.assert_allclose(rotated[:, :heads * dim], want.reshape(4, -1), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(rotated[:, heads * dim:], qkv[:, heads * dim:])
+
+    gate_up = (rng.standard_normal((3, 40)) * 30).astype(np.float32)  # large gates: the exp's clamp at both ends
+    gate_up[0, :2] = [-200.0, 200.0]
+    out = np.empty((3, 20), np.float32)
+    silu_mul_rows(gate_up, 20, out)
+    g, up = gate_up[:, :20].astype(np.float64), gate_up[:, 20:].astype(np.float64)
+    np.testing.assert_allclose(out, g / (1 + np.exp(-g)) * up, rtol=1e-5, atol=1e-30)
