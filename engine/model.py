@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -283,9 +284,10 @@ class AttentionPlan:
     lengths: np.ndarray
     singles: list[tuple[int, int, int]]
 
-    @property
+    @cached_property
     def all_slab(self) -> bool:
-        """Every row is a slab row, in slot order: attention reads and writes the rows as they are."""
+        """Every row is a slab row, in slot order: attention reads and writes the rows as they are (worked out once:
+        every layer asks)."""
         return not self.singles and np.array_equal(self.slab_rows, np.arange(len(self.caches)))
 
     @classmethod

@@ -46,3 +46,24 @@ def test_real_model_kv_matches_recompute(real_runtime):
         full = model.prefill([model.new_kv()], [ids])[0]
         assert int(np.argmax(full)) == int(np.argmax(logits))
         np.testing.assert_allclose(logits, full, rtol=1e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("weight_path, kv_dtype", [("float32", "float32"), ("quantized", "float32"),
+                                                   ("auto", "float16"), ("auto", "bfloat16")])
+def test_golden_answer_on_each_weight_path_and_kv_dtype(real_runtime, weight_path, kv_dtype):
+    """The quantized products (every step, prefill included) and a 16-bit cache leave the greedy answer as it is."""
+    model = real_runtime.model
+    assert model.weights.quantized is not None and model.crossover >= 0
+    try:
+        model.weight_path = weight_path
+        real_runtime.use_kv_dtype(kv_dtype)
+        engine = LLMEngine(real_runtime)
+        seq = engine.add_request(chat_ids(real_runtime, "What is the capital of France?"),
+                                 SamplingParams(max_tokens=32, temperature=0.0))
+        for _ in engine.stream():
+            pass
+        assert seq.kv.k.dtype.itemsize == (4 if kv_dtype == "float32" else 2)
+    finally:
+        model.weight_path = "auto"
+        real_runtime.use_kv_dtype("float32")
+    assert seq.output_text == "The capital of France is Paris."
