@@ -17,60 +17,30 @@ _I8 = ir.IntType(8)
 _I32 = ir.IntType(32)
 
 
-@intrinsic
-def half_to_float(typingctx, bits):
-    """float32 of the IEEE half whose bits are ``bits`` (uint16), exactly (subnormals, inf and NaN included)."""
-    if bits != types.uint16:
-        return None
+def _unary(argument, result, build, doc: str):
+    """An intrinsic of one ``argument``-typed value giving ``result``, its body ``build(builder, value)``."""
+    def typer(typingctx, value):
+        if value != argument:
+            return None
 
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), _F32)
-    return types.float32(types.uint16), codegen
-
-
-@intrinsic
-def bfloat_to_float(typingctx, bits):
-    """float32 of the bfloat16 whose bits are ``bits`` (uint16): its bits shifted into a float32's high half."""
-    if bits != types.uint16:
-        return None
-
-    def codegen(context, builder, signature, args):
-        wide = builder.shl(builder.zext(args[0], _I32), ir.Constant(_I32, 16))
-        return builder.bitcast(wide, _F32)
-    return types.float32(types.uint16), codegen
+        def codegen(context, builder, signature, args):
+            return build(builder, args[0])
+        return result(argument), codegen
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def low_nibble(typingctx, byte):
-    """float32 of the low 4 bits of ``byte`` (uint8)."""
-    if byte != types.uint8:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.uitofp(builder.and_(args[0], ir.Constant(_I8, 15)), _F32)
-    return types.float32(types.uint8), codegen
-
-
-@intrinsic
-def high_nibble(typingctx, byte):
-    """float32 of the high 4 bits of ``byte`` (uint8)."""
-    if byte != types.uint8:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.uitofp(builder.lshr(args[0], ir.Constant(_I8, 4)), _F32)
-    return types.float32(types.uint8), codegen
-
-
-@intrinsic
-def signed_byte(typingctx, byte):
-    """float32 of ``byte`` (int8), without numba's detour through int64."""
-    if byte != types.int8:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.sitofp(args[0], _F32)
-    return types.float32(types.int8), codegen
+half_to_float = _unary(types.uint16, types.float32, lambda b, v: b.fpext(b.bitcast(v, ir.HalfType()), _F32),
+                       "float32 of the IEEE half whose bits are ``bits`` (uint16), exactly (subnormals, inf, NaN).")
+bfloat_to_float = _unary(
+    types.uint16, types.float32, lambda b, v: b.bitcast(b.shl(b.zext(v, _I32), ir.Constant(_I32, 16)), _F32),
+    "float32 of the bfloat16 whose bits are ``bits`` (uint16): its bits shifted into a float32's high half.")
+low_nibble = _unary(types.uint8, types.float32, lambda b, v: b.uitofp(b.and_(v, ir.Constant(_I8, 15)), _F32),
+                    "float32 of the low 4 bits of a uint8.")
+high_nibble = _unary(types.uint8, types.float32, lambda b, v: b.uitofp(b.lshr(v, ir.Constant(_I8, 4)), _F32),
+                     "float32 of the high 4 bits of a uint8.")
+signed_byte = _unary(types.int8, types.float32, lambda b, v: b.sitofp(v, _F32),
+                     "float32 of an int8, without numba's detour through int64.")
 
 
 def widen(value, bfloat16):  # pragma: no cover - replaced by the overload below inside compiled code

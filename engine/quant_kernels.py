@@ -9,7 +9,8 @@ one; Q8_0: one signed byte a weight); only their order changes, so a product rea
 The kernels walk a tile block by block; for each byte position they unpack the ``T`` rows' bytes side by side and
 multiply-add them with the one activation that position meets (a loop over rows, which the compiler vectorizes:
 16 rows a vector instruction), into per-block partial sums; each block's sums are then scaled (``scale * sum +
-min * sum(x of the block)`` for Q4_1, ``scale * (sum - 8 * sum(x))`` for Q4_0). Activations and sums stay float32.
+min * sum(x of the block)`` for Q4_1, and for Q4_0 the same with ``-8 * scale`` as the minimum). Activations and sums
+stay float32.
 Summation order differs from a dense product of the dequantized matrix, which is why tests compare against float64.
 
 ``t0..t1``: the tiles one call computes (two threads take half each); ``accumulate``: add into ``y`` instead of
@@ -65,6 +66,12 @@ def _block_sums(x):  # pragma: no cover - compiled
     return sums
 
 
+@compiled()
+def _scratch(rows, tile):  # pragma: no cover - compiled
+    """A tile's partial sums and accumulators ([rows, tile] each) and two rows of unpacked weights."""
+    return np.empty((rows, tile), F32), np.empty((rows, tile), F32), np.empty(tile, F32), np.empty(tile, F32)
+
+
 @compiled(fastmath=_FASTMATH)
 def _store(acc, y, t, accumulate):  # pragma: no cover - compiled
     """The tile's finished rows into y[:, t * T ...], rows past y's end (padding) dropped."""
@@ -82,55 +89,30 @@ def _store(acc, y, t, accumulate):  # pragma: no cover - compiled
 
 
 @compiled(fastmath=_FASTMATH)
-def q4_1_tiles(scales, mins, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
-    """Q4_1 (weight = scale * q + min): y[:, rows of tiles t0..t1] (+)= x @ W.T. x: [M, in]."""
+def q4_tiles(scales, mins, min_factor, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
+    """Q4_1 (weight = scale * q + min; ``min_factor`` 1) and Q4_0 (weight = scale * (q - 8): ``mins`` are the
+    scales, ``min_factor`` -8): y[:, rows of tiles t0..t1] (+)= x @ W.T. x: [M, in]."""
     rows, nb, tile = x.shape[0], scales.shape[1], scales.shape[2]
     xsum = _block_sums(x)
-    part = np.empty((rows, tile), F32)
-    acc = np.empty((rows, tile), F32)
-    lo = np.empty(tile, F32)
-    hi = np.empty(tile, F32)
+    part, acc, lo, hi = _scratch(rows, tile)
     for t in range(t0, t1):
         acc[:] = 0.0
         for b in range(nb):
             _q4_partials(qs, x, t, b, part, lo, hi)
             sv, mv = scales[t, b], mins[t, b]
             for i in range(rows):
-                xs, p, a = xsum[i, b], part[i], acc[i]
+                xs, p, a = min_factor * xsum[i, b], part[i], acc[i]
                 for r in range(tile):
                     a[r] += half_to_float(sv[r]) * p[r] + half_to_float(mv[r]) * xs
         _store(acc, y, t, accumulate)
 
 
 @compiled(fastmath=_FASTMATH)
-def q4_0_tiles(scales, mins, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
-    """Q4_0 (weight = scale * (q - 8)); ``mins`` is unused (the signature is the kernels' common one)."""
+def q8_0_tiles(scales, mins, min_factor, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
+    """Q8_0 (weight = scale * q, q a signed byte; ``mins``, ``min_factor`` unused); two byte positions per pass over
+    the partial sums."""
     rows, nb, tile = x.shape[0], scales.shape[1], scales.shape[2]
-    xsum = _block_sums(x)
-    part = np.empty((rows, tile), F32)
-    acc = np.empty((rows, tile), F32)
-    lo = np.empty(tile, F32)
-    hi = np.empty(tile, F32)
-    for t in range(t0, t1):
-        acc[:] = 0.0
-        for b in range(nb):
-            _q4_partials(qs, x, t, b, part, lo, hi)
-            sv = scales[t, b]
-            for i in range(rows):
-                offset, p, a = F32(8.0) * xsum[i, b], part[i], acc[i]
-                for r in range(tile):
-                    a[r] += half_to_float(sv[r]) * (p[r] - offset)
-        _store(acc, y, t, accumulate)
-
-
-@compiled(fastmath=_FASTMATH)
-def q8_0_tiles(scales, mins, qs, x, y, t0, t1, accumulate):  # pragma: no cover - compiled
-    """Q8_0 (weight = scale * q, q a signed byte); two byte positions per pass over the partial sums."""
-    rows, nb, tile = x.shape[0], scales.shape[1], scales.shape[2]
-    part = np.empty((rows, tile), F32)
-    acc = np.empty((rows, tile), F32)
-    lo = np.empty(tile, F32)
-    hi = np.empty(tile, F32)
+    part, acc, lo, hi = _scratch(rows, tile)
     for t in range(t0, t1):
         acc[:] = 0.0
         for b in range(nb):
@@ -159,22 +141,15 @@ def q8_0_tiles(scales, mins, qs, x, y, t0, t1, accumulate):  # pragma: no cover 
 
 
 @compiled(parallel=True)
-def q4_1_halves(scales, mins, qs, x, y, accumulate):  # pragma: no cover - compiled
-    """q4_1_tiles over every tile, in two halves on numba's two threads (one parallel region)."""
+def q4_halves(scales, mins, min_factor, qs, x, y, accumulate):  # pragma: no cover - compiled
+    """q4_tiles over every tile, in two halves on numba's two threads (one parallel region)."""
     mid = (qs.shape[0] + 1) // 2
     for half in numba.prange(2):
-        q4_1_tiles(scales, mins, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
+        q4_tiles(scales, mins, min_factor, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
 
 
 @compiled(parallel=True)
-def q4_0_halves(scales, mins, qs, x, y, accumulate):  # pragma: no cover - compiled
+def q8_0_halves(scales, mins, min_factor, qs, x, y, accumulate):  # pragma: no cover - compiled
     mid = (qs.shape[0] + 1) // 2
     for half in numba.prange(2):
-        q4_0_tiles(scales, mins, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
-
-
-@compiled(parallel=True)
-def q8_0_halves(scales, mins, qs, x, y, accumulate):  # pragma: no cover - compiled
-    mid = (qs.shape[0] + 1) // 2
-    for half in numba.prange(2):
-        q8_0_tiles(scales, mins, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)
+        q8_0_tiles(scales, mins, min_factor, qs, x, y, half * mid, min(qs.shape[0], (half + 1) * mid), accumulate)

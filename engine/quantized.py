@@ -26,14 +26,15 @@ class BlockFormat:
     nbytes: int  # bytes per block on disk
     data_bytes: int  # of which weight bytes (after the float16 scale, and the float16 minimum where there is one)
     has_min: bool
+    min_factor: float  # a block's minimum is min_factor x its minimum field (Q4_1), or x its scale (Q4_0: -8)
     serial: Callable  # kernel over a range of tiles
     halves: Callable  # the same over every tile, on two threads
 
 
 FORMATS = {
-    GGMLQuantizationType.Q4_0: BlockFormat(18, 16, False, kernels.q4_0_tiles, kernels.q4_0_halves),
-    GGMLQuantizationType.Q4_1: BlockFormat(20, 16, True, kernels.q4_1_tiles, kernels.q4_1_halves),
-    GGMLQuantizationType.Q8_0: BlockFormat(34, 32, False, kernels.q8_0_tiles, kernels.q8_0_halves),
+    GGMLQuantizationType.Q4_0: BlockFormat(18, 16, False, -8.0, kernels.q4_tiles, kernels.q4_halves),
+    GGMLQuantizationType.Q4_1: BlockFormat(20, 16, True, 1.0, kernels.q4_tiles, kernels.q4_halves),
+    GGMLQuantizationType.Q8_0: BlockFormat(34, 32, False, 0.0, kernels.q8_0_tiles, kernels.q8_0_halves),
 }
 
 
@@ -68,7 +69,7 @@ class QuantizedMatrix:
             return np.ascontiguousarray(raw[..., offset:offset + 2].transpose(0, 2, 1, 3)).view(np.uint16)[..., 0]
 
         self.scales = np.ascontiguousarray(half_field(0))
-        self.mins = np.ascontiguousarray(half_field(2)) if fmt.has_min else np.zeros((1, 1, 1), np.uint16)
+        self.mins = np.ascontiguousarray(half_field(2)) if fmt.has_min else self.scales  # Q4_0: -8 x the scale
         data = raw[..., fmt.nbytes - fmt.data_bytes:].transpose(0, 2, 3, 1)  # [tiles, nb, bytes, tile]
         self.qs = np.ascontiguousarray(data.view(np.int8) if qtype == GGMLQuantizationType.Q8_0 else data)
 
@@ -82,7 +83,7 @@ class QuantizedMatrix:
         added to it in place and it is returned. ``threads`` 2: the tiles in two halves on two threads."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         y = into if into is not None else np.empty((x.shape[0], self.out), dtype=np.float32)
-        args = (self.scales, self.mins, self.qs, x, y)
+        args = (self.scales, self.mins, np.float32(self.format.min_factor), self.qs, x, y)
         if threads > 1 and self.qs.shape[0] > 1:
             self.format.halves(*args, into is not None)
         else:
