@@ -9,11 +9,10 @@ the shared slab attend together in compiled loops (engine/decode_attention.py), 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
+from pdserve.engine.attention_plan import AttentionPlan
 from pdserve.engine.crossover import model_crossover, parallel_threads
 from pdserve.engine.decode_attention import DecodeAttention
 from pdserve.engine.fast_exp import exp_nonpositive
@@ -262,53 +261,3 @@ def _float32(cache: np.ndarray, tokens: int) -> np.ndarray:
     """A layer's keys or values [KVH, capacity, D] up to ``tokens`` as float32: the cache itself, or a 16-bit cache
     widened once for the whole forward's blocks."""
     return cache if cache.dtype == F32 else cache[:, :tokens].astype(F32)
-
-
-@dataclass
-class AttentionPlan:
-    """Who attends how in one forward, worked out once and read by every layer.
-
-    ``slab_rows`` are the batch rows (one per sequence) of single-token sequences held in the slab, in slot order,
-    with their ``slots`` and their ``lengths`` after this step; ``singles`` are (sequence index, first row, end row) of every
-    other sequence, attended to on its own.
-    """
-
-    caches: list[SequenceKV]
-    counts: list[int]
-    starts: list[int]
-    offsets: np.ndarray  # [n_sequences + 1]: first row of each sequence
-    positions: np.ndarray  # [N]: position of every new token
-    slab: KVSlab | None
-    slab_rows: np.ndarray
-    slots: np.ndarray
-    lengths: np.ndarray
-    singles: list[tuple[int, int, int]]
-
-    @cached_property
-    def all_slab(self) -> bool:
-        """Every row is a slab row, in slot order: attention reads and writes the rows as they are (worked out once:
-        every layer asks)."""
-        return not self.singles and np.array_equal(self.slab_rows, np.arange(len(self.caches)))
-
-    @classmethod
-    def build(cls, caches: list[SequenceKV], counts: list[int], slab: KVSlab | None,
-              context_length: int) -> AttentionPlan:
-        starts = [kv.length for kv in caches]
-        for start, n in zip(starts, counts):
-            if start + n > context_length:
-                raise ValueError(f"sequence of {start + n} tokens exceeds the context length {context_length}")
-        offsets = np.cumsum([0] + counts)
-        positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])
-        in_slab = [slab is not None and n == 1 and slab.holds(kv) for kv, n in zip(caches, counts)]
-        for kv, start, n, member in zip(caches, starts, counts, in_slab):
-            if member and start + n > slab.capacity:
-                raise RuntimeError("slab members must be placed (KVSlab.place) before the forward")
-            if not member:
-                kv.reserve(start + n)
-        batched = sorted((i for i, member in enumerate(in_slab) if member), key=lambda i: caches[i].slot)
-        slots = np.array([caches[i].slot for i in batched], dtype=np.int64)
-        lengths = np.array([starts[i] + 1 for i in batched], dtype=np.int64)
-        return cls(
-            caches=caches, counts=counts, starts=starts, offsets=offsets, positions=positions, slab=slab,
-            slab_rows=offsets[batched] if batched else np.zeros(0, dtype=np.int64), slots=slots, lengths=lengths,
-            singles=[(i, offsets[i], offsets[i + 1]) for i, member in enumerate(in_slab) if not member])
