@@ -101,17 +101,13 @@ class DecodeAttention:
         """
         bf16 = is_bfloat16(keys)
         keys, values = kernel_view(keys), kernel_view(values)
+        if not split or not self.splits(lengths, q.shape[1]):
+            return _attend_one_thread(q, keys, values, slots, lengths, bf16)
         b, n_kv, group, dim = q.shape
-        tasks, width = b * n_kv, int(lengths.max())
-        scores = np.empty((b, n_kv, group, width), dtype=F32)
+        scores = np.empty((b, n_kv, group, int(lengths.max())), dtype=F32)
         out = np.empty((b, n_kv, group, dim), dtype=F32)
-        if not split or not self.splits(lengths, n_kv):
-            _scores(q, keys, slots, lengths, 0, tasks, 0, width, scores, bf16)
-            _softmax(scores)
-            _weighted_values(scores, values, slots, lengths, 0, tasks, 0, width, out, bf16)
-        else:
-            with self.parallel.single_threaded_blas():
-                self._split(q, keys, values, slots, lengths, scores, out, bf16)
+        with self.parallel.single_threaded_blas():
+            self._split(q, keys, values, slots, lengths, scores, out, bf16)
         return out
 
     def splits(self, lengths: np.ndarray, n_kv: int) -> bool:
@@ -140,6 +136,19 @@ class DecodeAttention:
             both(_weighted_values, (scores, values, slots, lengths, 0, tasks, 0, mid, out, bf16),
                  (scores, values, slots, lengths, 0, tasks, mid, width, second, bf16))
             out += second
+
+
+@compiled()
+def _attend_one_thread(q, keys, values, slots, lengths, bfloat16):  # pragma: no cover - compiled
+    """The two passes and the softmax between them in one call (a step at a small batch makes 30 of these)."""
+    b, n_kv, group, dim = q.shape
+    width = lengths.max()
+    scores = np.empty((b, n_kv, group, width), dtype=F32)
+    out = np.empty((b, n_kv, group, dim), dtype=F32)
+    _scores(q, keys, slots, lengths, 0, b * n_kv, 0, width, scores, bfloat16)
+    _softmax_rows(scores.reshape(-1, width))
+    _weighted_values(scores, values, slots, lengths, 0, b * n_kv, 0, width, out, bfloat16)
+    return out
 
 
 def _softmax(scores: np.ndarray) -> None:

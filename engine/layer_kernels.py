@@ -54,14 +54,16 @@ def rope_in_place(qkv, cos, sin, positions, heads, head_dim):  # pragma: no cove
 
 
 @compiled()
-def write_positions(cache, slots, positions, new, bfloat16):  # pragma: no cover - compiled
-    """cache[slots[b], j, positions[b]] = new[b, j] for every sequence b and KV head j: one decode step's K (or V)
-    into a layer of the slab ([slots, KVH, capacity, D]; float32, or 16-bit bits, rounded to nearest even)."""
-    for b in range(new.shape[0]):
-        for j in range(new.shape[1]):
-            row, src = cache[slots[b], j, positions[b]], new[b, j]
-            for d in range(src.shape[0]):
-                row[d] = narrow(src[d], bfloat16, row[d])
+def write_positions(keys, values, slots, positions, k, v, bfloat16):  # pragma: no cover - compiled
+    """keys[slots[b], j, positions[b]] = k[b, j] (and values from v) for every sequence b and KV head j: one decode
+    step's K and V into a layer of the slab ([slots, KVH, capacity, D]; float32, or 16-bit bits, rounded to nearest
+    even)."""
+    for b in range(k.shape[0]):
+        for j in range(k.shape[1]):
+            key_row, value_row = keys[slots[b], j, positions[b]], values[slots[b], j, positions[b]]
+            for d in range(k.shape[2]):
+                key_row[d] = narrow(k[b, j, d], bfloat16, key_row[d])
+                value_row[d] = narrow(v[b, j, d], bfloat16, value_row[d])
 
 
 @compiled(fastmath=_FASTMATH)

@@ -251,8 +251,7 @@ class LlamaModel:
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         bf16 = is_bfloat16(slab.k)
-        write_positions(kernel_view(slab.k[layer]), slots, lengths - 1, k, bf16)
-        write_positions(kernel_view(slab.v[layer]), slots, lengths - 1, v, bf16)
+        write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v, bf16)
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
         return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split).reshape(q.shape[0], -1)
 
