@@ -46,10 +46,32 @@ def _q4_partials(qs, x, t, b, part, lo, hi):  # pragma: no cover - compiled
             for r in range(tile):
                 lo[r] = low_nibble(qv[r])
                 hi[r] = high_nibble(qv[r])
-            for i in range(rows):
-                xl, xh, p = x[i, base + j], x[i, base + 16 + j], part[i]
-                for r in range(tile):
-                    p[r] += lo[r] * xl + hi[r] * xh
+            _add_unpacked(part, lo, hi, x, base + j, base + 16 + j)
+
+
+@compiled(fastmath=_FASTMATH)
+def _add_unpacked(part, lo, hi, x, col_a, col_b):  # pragma: no cover - compiled
+    """part[i] += lo * x[i, col_a] + hi * x[i, col_b] for every activation row i: four rows a pass over the unpacked
+    weights, so that each load of them feeds four rows' multiply-adds (one row a pass measured 4.5 ms a row for a
+    SmolLM2 step, memory operations rather than arithmetic)."""
+    rows, tile = part.shape
+    i = 0
+    while i + 4 <= rows:
+        a0, a1, a2, a3 = x[i, col_a], x[i + 1, col_a], x[i + 2, col_a], x[i + 3, col_a]
+        b0, b1, b2, b3 = x[i, col_b], x[i + 1, col_b], x[i + 2, col_b], x[i + 3, col_b]
+        p0, p1, p2, p3 = part[i], part[i + 1], part[i + 2], part[i + 3]
+        for r in range(tile):
+            low, high = lo[r], hi[r]
+            p0[r] += low * a0 + high * b0
+            p1[r] += low * a1 + high * b1
+            p2[r] += low * a2 + high * b2
+            p3[r] += low * a3 + high * b3
+        i += 4
+    while i < rows:
+        a0, b0, p0 = x[i, col_a], x[i, col_b], part[i]
+        for r in range(tile):
+            p0[r] += lo[r] * a0 + hi[r] * b0
+        i += 1
 
 
 @compiled(fastmath=_FASTMATH)
@@ -128,10 +150,7 @@ def q8_0_tiles(scales, mins, min_factor, qs, x, y, t0, t1, accumulate):  # pragm
                     for r in range(tile):
                         lo[r] = signed_byte(qa[r])
                         hi[r] = signed_byte(qb[r])
-                    for i in range(rows):
-                        xa, xb, p = x[i, base + j], x[i, base + j + 1], part[i]
-                        for r in range(tile):
-                            p[r] += lo[r] * xa + hi[r] * xb
+                    _add_unpacked(part, lo, hi, x, base + j, base + j + 1)
             sv = scales[t, b]
             for i in range(rows):
                 p, a = part[i], acc[i]
