@@ -2,8 +2,9 @@
 kvstore and on the wire; attention widens them to float32 as it reads them.
 
 numpy has float16 but no bfloat16, and numba neither: bfloat16 arrays are ml_dtypes' ``bfloat16`` (numpy's casts,
-rounding to nearest even), and the compiled attention loops read both 16-bit types as ``uint16`` views and widen
-them with engine/llvm_ops.py.
+rounding to nearest even), and the compiled attention loops read the 16-bit types as integer views, float16 as
+``uint16`` and bfloat16 as ``int16``, which engine/llvm_ops.py widens by type (a compiled loop per cache type, no
+branch inside).
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ def kv_numpy_dtype(name: str) -> np.dtype:
 
 
 def kernel_view(array: np.ndarray) -> np.ndarray:
-    """What the compiled kernels read: a float32 array as it is, a 16-bit one as its ``uint16`` bits."""
-    return array if array.dtype == np.float32 else array.view(np.uint16)
-
-
-def is_bfloat16(array: np.ndarray) -> bool:
-    return array.dtype == KV_DTYPES["bfloat16"]
+    """What the compiled kernels read: a float32 array as it is, float16 as its ``uint16`` bits, bfloat16 as its
+    ``int16`` bits."""
+    if array.dtype == np.float32:
+        return array
+    return array.view(np.int16 if array.dtype == KV_DTYPES["bfloat16"] else np.uint16)

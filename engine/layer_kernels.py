@@ -54,7 +54,7 @@ def rope_in_place(qkv, cos, sin, positions, heads, head_dim):  # pragma: no cove
 
 
 @compiled()
-def write_positions(keys, values, slots, positions, k, v, bfloat16):  # pragma: no cover - compiled
+def write_positions(keys, values, slots, positions, k, v):  # pragma: no cover - compiled
     """keys[slots[b], j, positions[b]] = k[b, j] (and values from v) for every sequence b and KV head j: one decode
     step's K and V into a layer of the slab ([slots, KVH, capacity, D]; float32, or 16-bit bits, rounded to nearest
     even)."""
@@ -62,8 +62,8 @@ def write_positions(keys, values, slots, positions, k, v, bfloat16):  # pragma: 
         for j in range(k.shape[1]):
             key_row, value_row = keys[slots[b], j, positions[b]], values[slots[b], j, positions[b]]
             for d in range(k.shape[2]):
-                key_row[d] = narrow(k[b, j, d], bfloat16, key_row[d])
-                value_row[d] = narrow(v[b, j, d], bfloat16, value_row[d])
+                key_row[d] = narrow(k[b, j, d], key_row[d])
+                value_row[d] = narrow(v[b, j, d], value_row[d])
 
 
 @compiled(fastmath=_FASTMATH)

@@ -33,8 +33,9 @@ def _unary(argument, result, build, doc: str):
 half_to_float = _unary(types.uint16, types.float32, lambda b, v: b.fpext(b.bitcast(v, ir.HalfType()), _F32),
                        "float32 of the IEEE half whose bits are ``bits`` (uint16), exactly (subnormals, inf, NaN).")
 bfloat_to_float = _unary(
-    types.uint16, types.float32, lambda b, v: b.bitcast(b.shl(b.zext(v, _I32), ir.Constant(_I32, 16)), _F32),
-    "float32 of the bfloat16 whose bits are ``bits`` (uint16): its bits shifted into a float32's high half.")
+    types.int16, types.float32, lambda b, v: b.bitcast(b.shl(b.zext(v, _I32), ir.Constant(_I32, 16)), _F32),
+    "float32 of the bfloat16 whose bits are ``bits`` (int16, the kernels' mark of bfloat16): its bits shifted into "
+    "a float32's high half.")
 low_nibble = _unary(types.uint8, types.float32, lambda b, v: b.uitofp(b.and_(v, ir.Constant(_I8, 15)), _F32),
                     "float32 of the low 4 bits of a uint8.")
 high_nibble = _unary(types.uint8, types.float32, lambda b, v: b.uitofp(b.lshr(v, ir.Constant(_I8, 4)), _F32),
@@ -43,22 +44,21 @@ signed_byte = _unary(types.int8, types.float32, lambda b, v: b.sitofp(v, _F32),
                      "float32 of an int8, without numba's detour through int64.")
 
 
-def widen(value, bfloat16):  # pragma: no cover - replaced by the overload below inside compiled code
-    """float32 of a KV element: a float32 as it is; a uint16 as the bfloat16 (``bfloat16`` true) or the IEEE half
-    whose bits it is. For compiled code only."""
+def widen(value):  # pragma: no cover - replaced by the overload below inside compiled code
+    """float32 of a KV element as the kernels see it (engine/kv_dtype.py's kernel_view): a float32 as it is, a
+    uint16 as the IEEE half and an int16 as the bfloat16 whose bits it is. Chosen by type when compiled, so a loop
+    over one cache has no branch in it. For compiled code only."""
     raise NotImplementedError("widen is for compiled code")
 
 
 @overload(widen)
-def _widen(value, bfloat16):
+def _widen(value):
     if value == types.float32:
-        return lambda value, bfloat16: value
+        return lambda value: value
     if value == types.uint16:
-        def from_bits(value, bfloat16):
-            if bfloat16:
-                return bfloat_to_float(value)
-            return half_to_float(value)
-        return from_bits
+        return lambda value: half_to_float(value)
+    if value == types.int16:
+        return lambda value: bfloat_to_float(value)
     return None
 
 
@@ -91,7 +91,8 @@ def float_to_half(typingctx, value):
 
 @intrinsic
 def float_to_bfloat(typingctx, value):
-    """The bits (uint16) of the bfloat16 nearest to ``value`` (float32), ties to even; NaN stays a (quiet) NaN."""
+    """The bits (int16, the kernels' mark of bfloat16) of the bfloat16 nearest to ``value`` (float32), ties to even;
+    NaN stays a (quiet) NaN."""
     if value != types.float32:
         return None
 
@@ -102,23 +103,21 @@ def float_to_bfloat(typingctx, value):
         is_nan = builder.fcmp_unordered("uno", args[0], args[0])
         chosen = builder.select(is_nan, builder.or_(bits, ir.Constant(_I32, 0x00400000)), rounded)
         return builder.trunc(builder.lshr(chosen, ir.Constant(_I32, 16)), ir.IntType(16))
-    return types.uint16(types.float32), codegen
+    return types.int16(types.float32), codegen
 
 
-def narrow(value, bfloat16, like):  # pragma: no cover - replaced by the overload below inside compiled code
-    """``value`` (float32) as an element of an array whose elements are like ``like``: float32 as it is, uint16 as
-    the bits of the nearest bfloat16 (``bfloat16``) or IEEE half. For compiled code only."""
+def narrow(value, like):  # pragma: no cover - replaced by the overload below inside compiled code
+    """``value`` (float32) as an element of a cache whose elements are like ``like`` (kernel_view's types): float32
+    as it is, the nearest IEEE half's bits (uint16) or bfloat16's (int16). For compiled code only."""
     raise NotImplementedError("narrow is for compiled code")
 
 
 @overload(narrow)
-def _narrow(value, bfloat16, like):
+def _narrow(value, like):
     if like == types.float32:
-        return lambda value, bfloat16, like: value
+        return lambda value, like: value
     if like == types.uint16:
-        def to_bits(value, bfloat16, like):
-            if bfloat16:
-                return float_to_bfloat(value)
-            return float_to_half(value)
-        return to_bits
+        return lambda value, like: float_to_half(value)
+    if like == types.int16:
+        return lambda value, like: float_to_bfloat(value)
     return None

@@ -18,7 +18,7 @@ from pdserve.engine.decode_attention import DecodeAttention
 from pdserve.engine.fast_exp import exp_nonpositive
 from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from pdserve.engine.kv_cache import KVSlab, SequenceKV
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, is_bfloat16, kernel_view, kv_numpy_dtype
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kernel_view, kv_numpy_dtype
 from pdserve.engine.layer_kernels import rms_norm_rows, rope_in_place, silu_mul_rows, write_positions
 from pdserve.engine.parallel import Parallel
 from pdserve.engine.quantized import QuantizedMatrix
@@ -250,8 +250,7 @@ class LlamaModel:
         """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
-        bf16 = is_bfloat16(slab.k)
-        write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v, bf16)
+        write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v)
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
         return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split).reshape(q.shape[0], -1)
 
