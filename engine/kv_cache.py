@@ -12,7 +12,7 @@ import numpy as np
 
 from pdserve.engine.gguf_model import ModelConfig
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kv_numpy_dtype
+from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, all_finite, kv_numpy_dtype
 
 
 def block_nbytes(config: ModelConfig, tokens: int, kv_dtype: str = DEFAULT_KV_DTYPE) -> int:
@@ -108,7 +108,7 @@ class SequenceKV:
         if len(data) != expected:
             raise ValueError(f"block of {tokens} tokens must be {expected} bytes ({self.kv_dtype}), got {len(data)}")
         kv = np.frombuffer(data, dtype=self.dtype).reshape(c.n_layers, 2, tokens, c.n_kv_heads, c.head_dim)
-        if not np.isfinite(kv).all():
+        if not all_finite(kv):
             raise ValueError("block holds non-finite values")
         self.reserve(self.length + tokens)
         s = self.length

@@ -139,3 +139,17 @@ def test_an_unknown_dtype_is_refused_naming_the_choices(tiny_model_path):
         Runtime.load(tiny_model_path, kv_dtype="int8")
     with pytest.raises(ValueError, match="synthetic backend"):
         Runtime.load("synthetic", kv_dtype="float16")
+
+
+@pytest.mark.parametrize("kv_dtype", SIXTEEN)
+def test_a_16_bit_block_with_inf_or_nan_is_refused(tiny_runtime, kv_dtype):
+    c = tiny_runtime.config
+    dtype = KV_DTYPES[kv_dtype]
+    n = block_nbytes(c, 4, kv_dtype) // 2
+    big = np.full(n, 60000.0 if kv_dtype == "float16" else 3e38, np.float32).astype(dtype)  # the largest finite
+    SequenceKV(c, kv_dtype=kv_dtype).append_block(big.tobytes(), 4, kv_dtype)
+    for bad in (np.inf, -np.inf, np.nan):
+        values = np.zeros(n, np.float32)
+        values[n // 2] = bad
+        with pytest.raises(ValueError, match="non-finite"):
+            SequenceKV(c, kv_dtype=kv_dtype).append_block(values.astype(dtype).tobytes(), 4, kv_dtype)
