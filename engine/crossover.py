@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 import numba
 import numpy as np
 
+from pdserve.engine.compiled import compiled
 from pdserve.engine.quantized import QuantizedWeights
 
 log = logging.getLogger("pdserve.engine")
@@ -102,7 +103,7 @@ def parallel_threads(wanted: int) -> int:
     return wanted if layer in ("omp", "tbb") else 1
 
 
-@numba.njit(parallel=True, cache=False)
+@compiled(parallel=True)
 def _start_threads(a):  # pragma: no cover - compiled
     for i in numba.prange(a.size):
         a[i] += 1.0
