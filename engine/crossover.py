@@ -1,8 +1,8 @@
 """Where the quantized products stop paying: measured once per process, on this machine, at model load.
 
 A product with the quantized weights reads 4-8x fewer bytes than one with float32 weights but does its arithmetic
-in compiled loops that unpack every weight for every activation row, while BLAS reuses each float32 weight across
-rows at full GEMM speed. So the quantized form wins for a few rows and loses for many; where it stops winning
+in compiled loops that unpack the weights and multiply-add at about half of BLAS's GEMM rate, while BLAS reuses each
+float32 weight across rows at full speed. So the quantized form wins for a few rows and loses for many; where it stops winning
 depends on the machine's bandwidth and arithmetic, its threads, and the model's shapes. :func:`measure_crossover`
 times one decode step's products (every layer's matrices and the head) both ways at growing row counts and returns
 the largest count at which the quantized ones were faster.
@@ -42,16 +42,16 @@ def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[
     """The largest row count in ``row_counts`` up to which every count ran the quantized products faster than the
     float32 ones (0: not even one row). ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an
     activation ``[rows, in]`` for each pair. Past ``budget_s`` no further count is tried."""
-    start = timer()
     def best(products: list[Callable], xs: list[np.ndarray]) -> float:
         times = []
         for _ in range(repeats):
-            start = timer()
+            began = timer()
             for product, x in zip(products, xs):
                 product(x)
-            times.append(timer() - start)
+            times.append(timer() - began)
         return min(times)
 
+    start = timer()
     crossover = 0
     for rows in row_counts:
         if timer() - start > budget_s:
