@@ -7,6 +7,7 @@ answers grpc.health.v1 with SERVING; ``Stack.stop()`` sends SIGTERM, waits, and 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -24,10 +25,39 @@ from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 
 
+_handed_out: set[int] = set()
+
+
+def _ports_below_ephemeral() -> range:
+    """Ports under the kernel's ephemeral range, where no outgoing connection takes its local port."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10000, max(low, 11000))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a process about to start.
+
+    Binding port 0 would hand out an ephemeral port: in the seconds until the service binds it, a client's outgoing
+    connection (or the next port-0 bind) can take the same port. Ports are therefore drawn from below the ephemeral
+    range, starting at a random point, and never handed out twice by one process.
+    """
+    ports = _ports_below_ephemeral()
+    start = random.randrange(len(ports))
+    for step in range(len(ports)):
+        port = ports[(start + step) % len(ports)]
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port on {host} in {ports.start}..{ports.stop - 1}")
 
 
 # Fixed metrics ports: base + offset + index. (first offset, how many processes of that kind fit)
