@@ -65,9 +65,10 @@ class CompletionState:
     check_tokens: int = 0
     last_p_yes: float | None = None
 
-    def observe(self, generated: int, delta: str) -> None:
-        """After each token the stop rules let through (``generated`` tokens so far, ``delta`` its text)."""
-        self.due = (generated > max(1, self.min_tokens) and ends_sentence(delta)
+    def observe(self, generated: int, delta: str, finished: bool) -> None:
+        """After each token (``generated`` tokens so far, ``delta`` its text; ``finished``: a stop rule ended the
+        sequence on it, and then nothing is checked)."""
+        self.due = (not finished and generated > max(1, self.min_tokens) and ends_sentence(delta)
                     and (not self.last_due_at or generated - self.last_due_at >= self.interval))
         if self.due:
             self.last_due_at = generated

@@ -143,8 +143,7 @@ class Runtime:
             slab.place(seq.kv, seq.kv.length + 1)
         logits = self.model.decode_step([s.kv for s in seqs], [s.last_token for s in seqs], slab)
         results = [self._take(seq, row, token) for seq, row, token in zip(seqs, logits, self._sample(seqs, logits))]
-        due = [(seq, result) for seq, result in zip(seqs, results)
-               if seq.completion is not None and seq.completion.due and not result.finished]
+        due = [(seq, result) for seq, result in zip(seqs, results) if seq.completion is not None and seq.completion.due]
         if due:
             self.judge.check(due)
         return results

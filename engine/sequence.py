@@ -76,8 +76,8 @@ class Sequence:
         result = self.stop.step(self.output_ids, delta)
         if result.finished:
             self.finish_reason, self.stop_reason = result.finish_reason, result.stop_reason
-        elif self.completion is not None:
-            self.completion.observe(len(self.output_ids), delta)
+        if self.completion is not None:
+            self.completion.observe(len(self.output_ids), delta, result.finished)
         return result
 
     def end(self, result: StepResult, reason: FinishReason) -> None:

@@ -92,6 +92,8 @@ def test_length_and_stop_strings_apply_first(tiny_judge_runtime, baseline):
     first = boundaries[0]
     seq, results = run(tiny_judge_runtime, stop_when_complete=PASSES, max_tokens=first)
     assert seq.finish_reason is FinishReason.LENGTH and not checked_at(results)
+    seq, results = run(tiny_judge_runtime, stop_when_complete=NEVER, max_tokens=first + 1)  # checked, then length
+    assert seq.finish_reason is FinishReason.LENGTH and checked_at(results) == [first]
     stop = texts[first - 1]  # the sentence end itself is a stop string
     seq, results = run(tiny_judge_runtime, stop_when_complete=PASSES, stop=[stop])
     assert seq.finish_reason is FinishReason.STOP and seq.stop_reason == stop and not checked_at(results)
@@ -148,8 +150,9 @@ def test_a_resumed_sequence_keeps_its_check_schedule(tiny_judge_runtime, baselin
     whole, _, boundaries = baseline
     params = SamplingParams(**dict(BASE, stop_when_complete=NEVER, stop_when_complete_interval=30))
     want = expected_checks(boundaries, interval=30)
-    assert len(want) >= 2
-    for k in (want[0], want[0] + 1, want[1] - 1):  # resumed right at, and between, checks
+    assert len(want) >= 3 and any(want[1] < g < want[1] + 30 for g in boundaries)
+    # resumed right at a check, and between checks: where the next sentence end is closer than the interval
+    for k in (want[0], want[1], want[1] + 1, want[2] - 1):
         seq = tiny_judge_runtime.new_sequence(PROMPT, params)
         seq.resume_from(whole.output_ids[:k])
         engine = LLMEngine(tiny_judge_runtime)
