@@ -62,22 +62,38 @@ def prompts(runtime: Runtime, max_tokens: int) -> list[tuple[str, list[int]]]:
     return out
 
 
-def run_all(runtime: Runtime, ids: list[list[int]], params: SamplingParams) -> tuple[list[Sequence], float, float]:
-    """The prompts in one batch; (sequences, wall seconds, wall seconds inside completeness checks)."""
+@dataclass
+class Run:
+    seqs: list[Sequence]
+    wall_s: float
+    check_wall_s: float  # inside the completeness checks' forwards
+    checks: list[tuple[int, int, float]]  # (prompt index, output length at the check, P(yes))
+
+
+def run_all(runtime: Runtime, ids: list[list[int]], params: SamplingParams) -> Run:
+    """The prompts in one batch, with every completeness check recorded and timed."""
     judge = runtime.judge
     check = judge.check
-    spent = [0.0]
+    run = Run([], 0.0, 0.0, [])
+    index: dict[int, int] = {}
 
     def timed_check(due):
         t0 = time.perf_counter()
         check(due)
-        spent[0] += time.perf_counter() - t0
+        run.check_wall_s += time.perf_counter() - t0
+        run.checks += [(index[id(seq)], len(seq.output_ids), result.check.p_yes) for seq, result in due
+                       if result.check is not None]
 
     judge.check = timed_check
     try:
+        engine = LLMEngine(runtime)
         t0 = time.perf_counter()
-        seqs = LLMEngine(runtime).generate(ids, params)
-        return seqs, time.perf_counter() - t0, spent[0]
+        run.seqs = [engine.add_request(p, params) for p in ids]
+        index.update((id(seq), i) for i, seq in enumerate(run.seqs))
+        for _ in engine.stream():
+            pass
+        run.wall_s = time.perf_counter() - t0
+        return run
     finally:
         del judge.check
 
@@ -87,12 +103,12 @@ def eos_point(seq: Sequence, eos_ids: frozenset[int]) -> int | None:
     return next((i + 1 for i, t in enumerate(seq.output_ids) if t in eos_ids), None)
 
 
-def summarize(run: str, langs: list[str], seqs: list[Sequence], eos_at: list[int | None],
-              wall: tuple[float, float]) -> list[Row]:
+def summarize(name: str, langs: list[str], run: Run, eos_at: list[int | None]) -> list[Row]:
     rows = []
     for lang in LANGS:
-        mine = [(s, e) for s, e, lg in zip(seqs, eos_at, langs) if lang in ("all", lg)]
-        row = Row(run, lang, len(mine), sum(len(s.output_ids) for s, _ in mine), wall_s=wall[0], check_wall_s=wall[1])
+        mine = [(s, e) for s, e, lg in zip(run.seqs, eos_at, langs) if lang in ("all", lg)]
+        row = Row(name, lang, len(mine), sum(len(s.output_ids) for s, _ in mine), wall_s=run.wall_s,
+                  check_wall_s=run.check_wall_s)
         for seq, eos in mine:
             if seq.completion is not None:
                 row.checks += seq.completion.checks
@@ -117,25 +133,49 @@ def summarize(run: str, langs: list[str], seqs: list[Sequence], eos_at: list[int
     return rows
 
 
-def measure(runtime: Runtime, max_tokens: int, thresholds: list[float], interval: int) -> list[Row]:
+@dataclass
+class JudgeRow:
+    """The checks of one run by where they fell: at the answer's end (the model's own end of turn is its next token),
+    before it, or past it (or in an answer the model does not end within max_tokens)."""
+
+    where: str
+    checks: int
+    mean_p_yes: float | None
+
+
+def judge_rows(run: Run, eos_at: list[int | None]) -> list[JudgeRow]:
+    groups: dict[str, list[float]] = {"at the answer's end": [], "before it": [], "past it / no EOS": []}
+    for i, at, p in run.checks:
+        end = None if eos_at[i] is None else eos_at[i] - 1
+        key = "past it / no EOS" if end is None or at > end else "at the answer's end" if at == end else "before it"
+        groups[key].append(p)
+    return [JudgeRow(k, len(v), sum(v) / len(v) if v else None) for k, v in groups.items()]
+
+
+def measure(runtime: Runtime, max_tokens: int, thresholds: list[float],
+            interval: int) -> tuple[list[Row], list[JudgeRow]]:
+    """The rows of every run, and where the checks of the highest threshold's run fell with their P(yes)."""
     langs, ids = zip(*prompts(runtime, max_tokens))
     greedy = dict(max_tokens=max_tokens, temperature=0.0)
     # warm-up (compiled kernels, the judge's turn), so that no timed run pays for it
     run_all(runtime, list(ids[:4]), SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True,
                                                    stop_when_complete=1.0, stop_when_complete_interval=1))
-    full, *full_wall = run_all(runtime, list(ids), SamplingParams(**greedy, ignore_eos=True))
-    eos_at = [eos_point(s, runtime.tokenizer.eos_ids) for s in full]
+    full = run_all(runtime, list(ids), SamplingParams(**greedy, ignore_eos=True))
+    eos_at = [eos_point(s, runtime.tokenizer.eos_ids) for s in full.seqs]
     runs = [("EOS", SamplingParams(**greedy))]
     runs += [(f"complete >= {t:g}", SamplingParams(**greedy, ignore_eos=True, stop_when_complete=t,
                                                    stop_when_complete_interval=interval)) for t in thresholds]
-    rows = summarize("ignore_eos", list(langs), full, eos_at, tuple(full_wall))
-    for name, params in runs:
-        seqs, *wall = run_all(runtime, list(ids), params)
-        for seq, whole in zip(seqs, full):  # greedy: the same tokens as far as the run went
+    rows = summarize("ignore_eos", list(langs), full, eos_at)
+    judged: list[JudgeRow] = []
+    for (name, params), threshold in zip(runs, [None, *thresholds]):
+        run = run_all(runtime, list(ids), params)
+        for seq, whole in zip(run.seqs, full.seqs):  # greedy: the same tokens as far as the run went
             if seq.output_ids != whole.output_ids[:len(seq.output_ids)]:
                 raise AssertionError(f"{name}: {seq.request_id} is not a prefix of its ignore_eos answer")
-        rows += summarize(name, list(langs), seqs, eos_at, tuple(wall))
-    return rows
+        rows += summarize(name, list(langs), run, eos_at)
+        if threshold is not None and threshold == max(thresholds):
+            judged = judge_rows(run, eos_at)
+    return rows, judged
 
 
 def format_rows(rows: list[Row], model_name: str, max_tokens: int, interval: int) -> str:
@@ -150,6 +190,12 @@ def format_rows(rows: list[Row], model_name: str, max_tokens: int, interval: int
             "EOS point: the ignore_eos answer's first end-of-turn token; lost / extra: mean tokens of the answer cut "
             "off / kept past its end")
     return "\n".join([head, *fixed_width(columns, table)])
+
+
+def format_judge(rows: list[JudgeRow], threshold: float) -> str:
+    table = [(r.where, r.checks, "-" if r.mean_p_yes is None else f"{r.mean_p_yes:.3f}") for r in rows]
+    head = f"the judge: checks of the complete >= {threshold:g} run by where they fell, and their mean P(yes)"
+    return "\n".join([head, *fixed_width([("where", "<20"), ("checks", ">6"), ("mean P(yes)", ">11")], table)])
 
 
 def _mean(values: list[int]) -> str:
@@ -167,10 +213,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def main(a: argparse.Namespace) -> int:
     runtime = Runtime.load(a.model)
     thresholds = [float(x) for x in a.thresholds.split(",") if x]
-    rows = measure(runtime, a.max_tokens, thresholds, a.interval)
+    rows, judged = measure(runtime, a.max_tokens, thresholds, a.interval)
     print(format_rows(rows, runtime.model_name, a.max_tokens, a.interval))
+    if judged:
+        print("\n" + format_judge(judged, max(thresholds)))
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"model": runtime.model_name, "max_tokens": a.max_tokens, "interval": a.interval,
-                       "rows": [asdict(r) for r in rows]}, fh, indent=2)
+                       "rows": [asdict(r) for r in rows], "judge": [asdict(r) for r in judged]}, fh, indent=2)
     return 0
