@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pdserve.engine import model as model_module
+from pdserve.engine.completion import CompletionState, answer_ids, ends_sentence
 from pdserve.engine.llm_engine import LLMEngine
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
@@ -183,3 +184,47 @@ def test_a_preempted_sequence_keeps_its_check_schedule_and_output(tiny_judge_run
                 checks[id(seq)].append(len(seq.output_ids))
     assert scheduler.num_preemptions >= 1
     assert [(s.output_ids, checks[id(s)]) for s in seqs] == alone
+
+
+@pytest.mark.parametrize("delta,ends", [(".", True), ("Paris.", True), ('."', True), ("?)", True), ("。」", True),
+                                        ("…", True), ("\n", True), ("! ", True), ("Paris", False), ('"', False),
+                                        ("", False), (". x", False)])
+def test_a_sentence_ends_on_its_mark_closing_quotes_and_brackets_aside(delta, ends):
+    assert ends_sentence(delta) is ends
+
+
+def test_the_first_token_never_counts_toward_the_schedule():
+    """Prefill samples the first token and no check runs there, so it must not start the interval either."""
+    state = CompletionState(threshold=0.5, interval=16, min_tokens=0)
+    state.observe(1, ".", False)
+    assert not state.due and state.last_due_at == 0
+    state.observe(5, ".", False)
+    assert state.due and state.last_due_at == 5
+
+
+def test_the_threshold_is_compared_as_the_wire_carries_it():
+    """The router and the workers hold the threshold as float32: 0.7 arrives as 0.69999999; in process the same."""
+    wire = float(np.float32(0.7))
+    state = CompletionState(threshold=0.7, interval=16, min_tokens=0)
+    assert wire < 0.7 and state.passes(wire) and not state.passes(float(np.nextafter(np.float32(wire), 0)))
+
+
+def test_the_judge_reads_tokens_that_say_only_yes_or_only_no(tiny_judge_runtime):
+    """The tiny vocabulary spells " Yes" and " No" with a leading space token: it would count on both sides."""
+    tok = tiny_judge_runtime.tokenizer
+    yes, no = answer_ids(tok)
+    assert sorted(tok.decode([t]) for t in yes) == ["Y", "y"] and sorted(tok.decode([t]) for t in no) == ["N", "n"]
+
+
+def test_a_check_that_would_not_fit_the_context_is_skipped(tiny_judge_runtime):
+    rt = tiny_judge_runtime
+    context, turn = rt.config.context_length, len(rt.judge.turn_ids)
+    prompt = [3 + i % 37 for i in range(380)]
+    engine = LLMEngine(rt)
+    seq = engine.add_request(prompt, SamplingParams(**dict(BASE, max_tokens=context - len(prompt),
+                                                           stop_when_complete=NEVER, stop_when_complete_interval=1)))
+    results = [(len(s.output_ids), r) for s, r in engine.stream()]
+    ends = [n for n, r in results if n > 1 and SENTENCE_END.search(r.text)]
+    fits = [n for n in ends if len(prompt) + n + turn <= context]  # cached context + the newest token + the turn
+    assert fits and fits != ends, ends  # the seed puts sentence ends on both sides of the limit
+    assert seq.finish_reason is FinishReason.LENGTH and checked_at(results) == fits
