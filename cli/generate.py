@@ -31,6 +31,11 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--include-stop-str-in-output", action="store_true")
     g.add_argument("--repetition-max-repeats", type=int, default=0,
                    help="finish with reason 'repetition' after a token loop repeats more than this (0 = off)")
+    g.add_argument("--stop-when-complete", type=float, default=0.0, metavar="P",
+                   help="finish with reason 'complete' when the model, asked at a sentence boundary whether its answer "
+                        "covers the question, says yes with probability >= P (0 = off)")
+    g.add_argument("--stop-when-complete-interval", type=int, default=16, metavar="TOKENS",
+                   help="at least this many tokens between two completeness checks")
 
 
 def sampling_from_args(a: argparse.Namespace) -> SamplingParams:
@@ -39,6 +44,7 @@ def sampling_from_args(a: argparse.Namespace) -> SamplingParams:
         min_p=a.min_p, seed=a.seed, repetition_penalty=a.repetition_penalty, presence_penalty=a.presence_penalty,
         frequency_penalty=a.frequency_penalty, stop=a.stop, stop_token_ids=a.stop_token_ids, ignore_eos=a.ignore_eos,
         include_stop_str_in_output=a.include_stop_str_in_output, repetition_max_repeats=a.repetition_max_repeats,
+        stop_when_complete=a.stop_when_complete, stop_when_complete_interval=a.stop_when_complete_interval,
     )
 
 
@@ -57,7 +63,16 @@ def generate_in_process(prompt: str, params: SamplingParams, model: str | None, 
         sys.stdout.flush()
         if result.finished:
             sys.stdout.write(f"\n[finish_reason={seq.finish_reason.value} stop_reason={seq.stop_reason} "
-                             f"prompt_tokens={len(seq.prompt_ids)} completion_tokens={len(seq.output_ids)}]\n")
+                             f"prompt_tokens={len(seq.prompt_ids)} completion_tokens={len(seq.output_ids)}"
+                             f"{completion_summary(seq.completion)}]\n")
+
+
+def completion_summary(state) -> str:
+    """What the completeness checks of one answer did and cost ("" when the rule is off)."""
+    if state is None:
+        return ""
+    p = "-" if state.last_p_yes is None else f"{state.last_p_yes:.3f}"
+    return f" completeness_checks={state.checks} check_tokens={state.check_tokens} last_p_yes={p}"
 
 
 def router_security_from_env() -> dict:

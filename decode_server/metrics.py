@@ -21,3 +21,11 @@ PREFETCHES = Counter("pdserve_decode_kv_prefetch_total",
                      "that followed (adopted), taken with the rest fetched by that call (partial), dropped (cancelled "
                      "or expired before a Decode call took them), failed", ["outcome"])
 PREFETCH_OUTCOMES = ("adopted", "partial", "dropped", "failed")
+# The completeness rule (stop_when_complete; requests it ended: REQUESTS{finished_reason="complete"})
+COMPLETION_CHECKS = Counter("pdserve_decode_completion_checks_total",
+                            "Completeness checks run: the verification turn forwarded on a fork of a sequence")
+COMPLETION_CHECK_TOKENS = Counter("pdserve_decode_completion_check_tokens_total",
+                                  "Tokens the completeness checks ran through the model (extra forward tokens)")
+COMPLETION_TOKENS_LEFT = Counter("pdserve_decode_completion_tokens_left_total",
+                                 "max_tokens minus the tokens generated, over the requests the completeness check "
+                                 "ended: the most it saved (EOS might have come sooner)")

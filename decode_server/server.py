@@ -20,14 +20,25 @@ from pdserve.decode_server.kv_imports import (
     KVImports,
     kv_error_detail,
 )
-from pdserve.decode_server.metrics import GENERATED, KV_LOAD_FAILURES, KV_USAGE, PREEMPTIONS, REQUESTS, RUNNING, WAITING
+from pdserve.decode_server.metrics import (
+    COMPLETION_CHECK_TOKENS,
+    COMPLETION_CHECKS,
+    COMPLETION_TOKENS_LEFT,
+    GENERATED,
+    KV_LOAD_FAILURES,
+    KV_USAGE,
+    PREEMPTIONS,
+    REQUESTS,
+    RUNNING,
+    WAITING,
+)
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
 from pdserve.engine.scheduler import Role
 from pdserve.engine.sequence import Sequence
-from pdserve.engine.stop import FinishReason
+from pdserve.engine.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.perfmodel.deployment import deployment_from_args, kv_capacity_tokens
@@ -178,6 +189,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                     first_chunk = False
                 finished = result.finished
                 GENERATED.inc(len(token_ids))
+                count_completion_check(seq, result)
                 if finished:
                     chunk.decode_modeled_s = job.decode_modeled_s
                     REQUESTS.labels(result.finish_reason.value).inc()
@@ -207,6 +219,15 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         chunk.queue_wall_s = job.queue_wall_s
         chunk.queue_modeled_s = job.queue_modeled_s
         chunk.prefill_modeled_s = job.prefill_modeled_s
+
+
+def count_completion_check(seq: Sequence, result: StepResult) -> None:
+    """The completeness rule's metrics for one token's result: the check run after it, and the request it ended."""
+    if result.check is not None:
+        COMPLETION_CHECKS.inc()
+        COMPLETION_CHECK_TOKENS.inc(result.check.tokens)
+    if result.finish_reason is FinishReason.COMPLETE:
+        COMPLETION_TOKENS_LEFT.inc(seq.params.max_tokens - len(seq.output_ids))
 
 
 def modeled_kv_blocks(args) -> int:

@@ -19,6 +19,7 @@ from pdserve.engine.fast_exp import exp_nonpositive
 from pdserve.engine.gguf_model import LoadedModel, ModelConfig, ModelWeights
 from pdserve.engine.kv_cache import KVSlab, SequenceKV
 from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kernel_view, kv_numpy_dtype
+from pdserve.engine.kv_fork import ForkKV, attend_fork
 from pdserve.engine.layer_kernels import rms_norm_rows, rope_in_place, silu_mul_rows, write_positions
 from pdserve.engine.parallel import Parallel
 from pdserve.engine.quantized import QuantizedMatrix
@@ -115,6 +116,13 @@ class LlamaModel:
         """One new token per running sequence; returns logits [batch, vocab]. Members of ``slab`` attend batched."""
         return self.forward(caches, [[t] for t in tokens], slab)
 
+    def fork_forward(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
+        """Each token list run after a fork of its cache (engine/kv_fork.py), in one forward; returns the logits of
+        each list's last token. The caches are read, never written; the forks' own KV is dropped on return."""
+        if len(caches) != len(new_tokens) or any(len(t) == 0 for t in new_tokens):
+            raise ValueError("fork_forward needs one non-empty token list per cache")
+        return self.forward([ForkKV(kv) for kv in caches], new_tokens)
+
     # --- the forward pass --------------------------------------------------------------------------------------
     def forward(self, caches: list[SequenceKV], new_tokens: list[list[int]], slab: KVSlab | None = None) -> np.ndarray:
         c = self.config
@@ -210,6 +218,8 @@ class LlamaModel:
         n, g, kvh, d = q.shape[0], c.group_size, c.n_kv_heads, c.head_dim
         qg = q.reshape(n, kvh, g, d).transpose(1, 0, 2, 3) * self.scale  # [KVH, n, g, D]: a query's heads adjacent
         qg = qg.reshape(kvh, n * g, d)
+        if isinstance(kv, ForkKV):  # the parent's prefix and the fork's own keys, read apart
+            return attend_fork(qg, kv, layer, start, g).reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
         out = np.empty((kvh, n * g, d), dtype=F32)
         args = (qg, _float32(kv.k[layer], start + n), _float32(kv.v[layer], start + n), start, out)  # [KVH, T, D]
         blocks = list(range(0, n, QUERY_BLOCK))

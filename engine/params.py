@@ -15,6 +15,7 @@ MAX_STOP_STRING_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGPROBS = 20  # top alternatives per token, as vLLM's default max_logprobs
 MAX_SAMPLES = 16  # n: samples of one prompt
+MAX_CHECK_INTERVAL = 4096  # stop_when_complete_interval, in tokens
 
 
 class InvalidParameter(ValueError):
@@ -45,6 +46,11 @@ class SamplingParams:
     # repeated more than repetition_max_repeats times in a row. 0 turns the check off.
     repetition_max_repeats: int = 0
     repetition_max_period: int = 32
+    # Finish with reason "complete" when the model itself, asked at a sentence boundary on a fork of the sequence,
+    # gives P(yes) >= stop_when_complete that the answer covers the question (engine/completion.py); checks at
+    # least stop_when_complete_interval tokens apart. 0 turns the check off.
+    stop_when_complete: float = 0.0
+    stop_when_complete_interval: int = 16
     # Samples of the prompt, sharing its prefill (n > 1: sample i uses seed + i; see sample_params).
     n: int = 1
     # None: no log-probabilities. k >= 0: each token's log-probability and the k most likely alternatives
@@ -93,6 +99,10 @@ class SamplingParams:
               f"must be in 0..1000, got {self.repetition_max_repeats}")
         check(1 <= self.repetition_max_period <= 256, "repetition_max_period",
               f"must be in 1..256, got {self.repetition_max_period}")
+        check(0.0 <= finite("stop_when_complete") <= 1.0, "stop_when_complete",
+              f"must be in [0, 1] (0: off), got {self.stop_when_complete}")
+        check(1 <= self.stop_when_complete_interval <= MAX_CHECK_INTERVAL, "stop_when_complete_interval",
+              f"must be in 1..{MAX_CHECK_INTERVAL}, got {self.stop_when_complete_interval}")
         check(isinstance(self.n, int) and 1 <= self.n <= MAX_SAMPLES, "n", f"must be in 1..{MAX_SAMPLES}, got {self.n}")
         check(self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS, "logprobs",
               f"must be in 0..{MAX_LOGPROBS}, got {self.logprobs}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pdserve.engine.completion import CompletenessJudge, CompletionState
 from pdserve.engine.default_model import resolve_model_path
 from pdserve.engine.gguf_model import ModelConfig, load_gguf, read_metadata
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
@@ -57,6 +58,7 @@ class Runtime:
         self.slab_seqs = slab_seqs
         self.slab_tokens = min(slab_tokens, model.config.context_length)
         self._slab: KVSlab | None = None
+        self._judge: CompletenessJudge | None = None
 
     @classmethod
     def load(cls, model: str | Path | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS,
@@ -99,6 +101,13 @@ class Runtime:
         self.model.kv_dtype = kv_dtype
         self._slab = None
 
+    @property
+    def judge(self) -> CompletenessJudge:
+        """The completeness check (stop_when_complete), made on first use."""
+        if self._judge is None:
+            self._judge = CompletenessJudge(self.model, self.tokenizer)
+        return self._judge
+
     def new_sequence(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
         """A sequence; with ``params.n`` > 1 it carries n - 1 forks (samples 1..n-1, seeds seed + i) that share its
         prompt KV and take their first token from the same logits (prefill role: the prompt is computed once)."""
@@ -118,6 +127,8 @@ class Runtime:
             sampler=Sampler(params, self.config.vocab_size, prompt_ids, eos),
             stop=StopChecker(params, eos, len(prompt_ids), self.config.context_length),
             detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids),
+            completion=CompletionState(params.stop_when_complete, params.stop_when_complete_interval,
+                                       params.min_tokens) if params.stop_when_complete else None,
         )
 
     def prefill(self, chunks: list[tuple[Sequence, int]]) -> list[StepResult | None]:
@@ -142,12 +153,17 @@ class Runtime:
         return results
 
     def decode_step(self, seqs: list[Sequence]) -> list[StepResult]:
-        """One token for every running sequence, in one batched forward (results in the order given)."""
+        """One token for every running sequence, in one batched forward (results in the order given); then, in one
+        more forward, the completeness check of the sequences due one (a result's ``check`` says what it cost)."""
         slab = self.slab
         for seq in seqs:
             slab.place(seq.kv, seq.kv.length + 1)
         logits = self.model.decode_step([s.kv for s in seqs], [s.last_token for s in seqs], slab)
-        return [self._take(seq, row, token) for seq, row, token in zip(seqs, logits, self._sample(seqs, logits))]
+        results = [self._take(seq, row, token) for seq, row, token in zip(seqs, logits, self._sample(seqs, logits))]
+        due = [(seq, result) for seq, result in zip(seqs, results) if seq.completion is not None and seq.completion.due]
+        if due:
+            self.judge.check(due)
+        return results
 
     def execute(self, step: Step) -> StepOutput:
         """Both phases of a scheduled step, prompt chunks first (what the in-process engine runs)."""

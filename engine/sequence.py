@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pdserve.engine.completion import CompletionState
 from pdserve.engine.kv_cache import SequenceKV
 from pdserve.engine.params import InvalidParameter, SamplingParams
 from pdserve.engine.sampling import Sampler
@@ -31,6 +32,7 @@ class Sequence:
     # first_result is the StepResult of its first token
     forks: list["Sequence"] = field(default_factory=list)
     first_result: StepResult | None = None
+    completion: CompletionState | None = None  # stop_when_complete's schedule (None: the rule is off)
 
     @property
     def finished(self) -> bool:
@@ -70,10 +72,19 @@ class Sequence:
         """
         self.output_ids.append(token_id)
         self.sampler.record(token_id)
-        result = self.stop.step(self.output_ids, self.detokenizer.push(token_id))
+        delta = self.detokenizer.push(token_id)
+        result = self.stop.step(self.output_ids, delta)
         if result.finished:
             self.finish_reason, self.stop_reason = result.finish_reason, result.stop_reason
+        if self.completion is not None:
+            self.completion.observe(len(self.output_ids), delta, result.finished)
         return result
+
+    def end(self, result: StepResult, reason: FinishReason) -> None:
+        """Finish after the newest token for a reason decided outside the stop rules (the completeness check):
+        ``result``, that token's, becomes the last, with whatever text was held back."""
+        result.text += self.stop.finish(reason).text
+        result.finish_reason = self.finish_reason = reason
 
     def continue_from(self, first_token: int) -> None:
         """Take over a sequence whose first token another worker sampled (and whose text it already streamed).

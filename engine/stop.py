@@ -10,6 +10,8 @@ that token's text delta. The checker
 - ends on ``max_tokens``, the model's context length, and on a repeating token loop (``repetition``);
 - lets ``min_tokens`` gate EOS, stop ids and stop strings alike.
 
+The last rule, completeness (``complete``), needs a forward of the model: engine/completion.py.
+
 The concatenation of every ``StepResult.text`` is always the final output text.
 """
 
@@ -17,15 +19,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from pdserve.engine.logprobs import TokenLogprobs
 from pdserve.engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from pdserve.engine.completion import CompletionCheck
 
 
 class FinishReason(str, Enum):
     STOP = "stop"
     LENGTH = "length"
     REPETITION = "repetition"
+    COMPLETE = "complete"  # the model's own check said the answer covers the question (engine/completion.py)
     ABORT = "abort"
     ERROR = "error"
 
@@ -36,6 +43,7 @@ class StepResult:
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None  # the matched stop string or stop_token_ids entry; None for EOS
     logprobs: TokenLogprobs | None = None  # of the token just generated, when the request asks for them
+    check: CompletionCheck | None = None  # the completeness check run after this token, if one was
 
     @property
     def finished(self) -> bool:

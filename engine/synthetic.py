@@ -84,6 +84,11 @@ class SyntheticModel:
         """``slab`` is accepted for the runtime's interface; the synthetic KV needs no batched attention."""
         return self.forward(caches, [[t] for t in tokens])
 
+    def fork_forward(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
+        """The completeness check's forward: flat logits, so the synthetic judge always answers P(yes) = 0.5 (it has
+        no opinion); the caches are not touched."""
+        return np.zeros((len(caches), self.config.vocab_size), dtype=np.float32)
+
 
 def load_synthetic(tokenizer_model: str | None = None) -> tuple[SyntheticModel, GGUFTokenizer]:
     """The synthetic backend with the tokenizer of the default model (or of ``tokenizer_model``)."""

@@ -24,7 +24,6 @@ from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 
-
 _handed_out: set[int] = set()
 
 

@@ -52,8 +52,11 @@ class SamplingFields(Body):
     stop_token_ids: list[UInt32] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
-    # pdserve's own: finish with reason "repetition" when the output loops (0 = off)
+    # pdserve's own: finish with reason "repetition" when the output loops (0 = off); finish with reason "complete"
+    # when the model's own check at a sentence boundary gives P(yes) >= stop_when_complete (0 = off)
     repetition_max_repeats: UInt32 = 0
+    stop_when_complete: float = 0.0
+    stop_when_complete_interval: UInt32 | None = None
 
     def check_supported(self) -> None:
         """400 for what pdserve cannot serve yet (the README lists these)."""
@@ -71,7 +74,7 @@ class SamplingFields(Body):
         """Keyword arguments for the router client; unset fields keep the router's defaults."""
         out: dict[str, Any] = {"max_tokens": self.max_output_tokens(), "logprobs": self.top_logprobs_wanted()}
         for name in ("n", "temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "top_k", "min_p",
-                     "repetition_penalty", "stop_token_ids"):
+                     "repetition_penalty", "stop_token_ids", "stop_when_complete_interval"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -79,7 +82,7 @@ class SamplingFields(Body):
             out["stop"] = [self.stop] if isinstance(self.stop, str) else self.stop
         out.update(min_tokens=self.min_tokens, ignore_eos=self.ignore_eos,
                    include_stop_str_in_output=self.include_stop_str_in_output,
-                   repetition_max_repeats=self.repetition_max_repeats)
+                   repetition_max_repeats=self.repetition_max_repeats, stop_when_complete=self.stop_when_complete)
         return out
 
     def max_output_tokens(self) -> int | None:

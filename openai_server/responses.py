@@ -16,9 +16,11 @@ from typing import Any
 
 from pdserve.v1 import common_pb2, router_pb2
 
-# pdserve's finish reasons -> OpenAI's. "repetition" is a stop rule (the output looped); "abort" and "error" end the
-# answer early, and OpenAI has no value for them: the extra field tells them apart.
-FINISH_REASONS = {"stop": "stop", "length": "length", "repetition": "stop", "abort": "stop", "error": "stop"}
+# pdserve's finish reasons -> OpenAI's. "repetition" (the output looped) and "complete" (the model's own check said the
+# answer covers the question) are stop rules; "abort" and "error" end the answer early, and OpenAI has no value for
+# them: the extra field tells them apart.
+FINISH_REASONS = {"stop": "stop", "length": "length", "repetition": "stop", "complete": "stop", "abort": "stop",
+                  "error": "stop"}
 
 
 def finish_reason(reason: str) -> str | None:

@@ -53,9 +53,17 @@ def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
+JUDGE_ANSWER_TOKENS = ("Y", "y", "N", "n")  # first tokens of Yes/yes and No/no in this vocabulary
+
+
 def write_tiny_model(path: Path, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
-                     ffn: int = 128, context: int = 512, seed: int = 0, weight_type: str = "F32") -> Path:
-    """``weight_type`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) is used for every layer matrix."""
+                     ffn: int = 128, context: int = 512, seed: int = 0, weight_type: str = "F32",
+                     even_judge: bool = False) -> Path:
+    """``weight_type`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) is used for every layer matrix.
+
+    ``even_judge``: an untied output head whose rows for the yes and no answer tokens are zero, so their logits are
+    always 0 and the completeness check (engine/completion.py) always reads P(yes) = 0.5 exactly: a threshold of 0.5
+    passes every check, anything above it none."""
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab()
     head_dim = hidden // heads
@@ -96,6 +104,10 @@ def write_tiny_model(path: Path, *, layers: int = 2, hidden: int = 64, heads: in
     writer.add_tensor("token_embd.weight", quants.quantize(embedding, GGMLQuantizationType.Q8_0),
                       raw_dtype=GGMLQuantizationType.Q8_0)
     writer.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    if even_judge:
+        head = embedding.copy()
+        head[[tokens.index(t) for t in JUDGE_ANSWER_TOKENS]] = 0.0
+        writer.add_tensor("output.weight", head)
     for i in range(layers):
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))

@@ -12,6 +12,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from pdserve.engine.stop import StepResult
 from pdserve.perfmodel.timing import TimingModel
 from pdserve.worker.metrics import LAG_SECONDS, LAGGED_STEPS, STEP_MODELED, STEP_TOKENS, STEP_WALL
 
@@ -60,6 +61,12 @@ class StepClock:
 
     def decode_seconds(self, context_lens: list[int]) -> float:
         return self.timing.decode_step_time(context_lens).seconds
+
+    def check_seconds(self, results: list[StepResult]) -> float:
+        """The completeness checks a decode step ran (engine/completion.py): one more forward, priced as a prefill of
+        each check's tokens after its sequence's cached context."""
+        checks = [r.check for r in results if r.check is not None]
+        return self.prefill_seconds([(c.tokens, c.context) for c in checks]) if checks else 0.0
 
     async def pace_transfer(self, tokens: int, link: str, wall_s: float) -> float:
         """Modeled KV hand-off of ``tokens`` tokens; when pacing, the hand-off lasts at least its budget."""

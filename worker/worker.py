@@ -214,7 +214,12 @@ class Worker:
     async def _decode_phase(self, step: Step, started: float) -> list[StepResult]:
         seqs = step.decodes
         contexts = [seq.kv.length + 1 for seq in seqs]
-        done = await self._execute(lambda: (self.clock.decode_seconds(contexts), self.runtime.decode_step(seqs)), seqs)
+
+        def work() -> tuple[float, list[StepResult]]:
+            results = self.runtime.decode_step(seqs)
+            return self.clock.decode_seconds(contexts) + self.clock.check_seconds(results), results
+
+        done = await self._execute(work, seqs)
         if done is None:
             step.decodes = []
             return []

@@ -225,6 +225,28 @@ def test_request_fields_reach_the_router_with_their_meaning():
     assert chunk["choices"][0]["pdserve_finish_reason"] == "repetition"  # ... and pdserve's own
 
 
+@pytest.mark.parametrize("route,body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}]}),
+    ("/v1/completions", {"prompt": "a"}),
+])
+def test_stop_when_complete_reaches_the_router_and_complete_is_a_stop(route, body):
+    last = router_pb2.GenerateChunk(request_id="r", token_ids=[5], text="a.", finish_reason="complete",
+                                    usage=common_pb2.Usage(prompt_tokens=3, completion_tokens=1))
+    router = ScriptedRouter(chunks=[last])
+    r = post(router, route, dict(body, stop_when_complete=0.75, stop_when_complete_interval=8, stream=True))
+    [call] = router.calls
+    assert call["stop_when_complete"] == 0.75 and call["stop_when_complete_interval"] == 8
+    [choice] = events(r)[0]["choices"]
+    assert choice["finish_reason"] == "stop" and choice["pdserve_finish_reason"] == "complete"
+
+
+def test_stop_when_complete_interval_unset_is_left_to_the_router():
+    router = ScriptedRouter(chunks=[router_pb2.GenerateChunk(request_id="r", token_ids=[5], finish_reason="length")])
+    post(router, "/v1/completions", {"prompt": "a", "stop_when_complete": 1, "stream": True})
+    [call] = router.calls
+    assert call["stop_when_complete"] == 1.0 and "stop_when_complete_interval" not in call
+
+
 def logprobs_entry(token_id: int, text: str, logprob: float, top: list[tuple[int, str, float]]) -> common_pb2.Logprobs:
     def one(t, s, v):
         return common_pb2.TokenLogprob(token_id=t, token=s, token_bytes=s.encode(), logprob=v)

@@ -62,7 +62,8 @@ def test_penalties_discourage_repeats():
 @pytest.mark.parametrize("field,value", [
     ("temperature", -1.0), ("top_p", 0.0), ("top_k", -5), ("min_p", 2.0), ("max_tokens", 0),
     ("repetition_penalty", 0.0), ("presence_penalty", 3.0), ("stop", ["x"] * 20), ("stop", ["y" * 300]),
-    ("temperature", float("nan")),
+    ("temperature", float("nan")), ("stop_when_complete", 1.5), ("stop_when_complete", -0.1),
+    ("stop_when_complete", float("nan")), ("stop_when_complete_interval", 0), ("stop_when_complete_interval", 5000),
 ])
 def test_validation_names_the_field(field, value):
     with pytest.raises(InvalidParameter) as err:

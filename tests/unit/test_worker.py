@@ -2,6 +2,9 @@
 cancelled request is removed from the scheduler and its KV freed."""
 
 import asyncio
+from dataclasses import replace
+
+import pytest
 
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
@@ -81,3 +84,27 @@ def test_cancel_removes_the_request_and_frees_its_kv(tiny_runtime):
     worker, seq = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert not worker.scheduler.has_work() and worker.scheduler.budget.used == 0
     assert seq.finish_reason is FinishReason.ABORT and seq.kv.length == 0 and seq.kv.slot is None
+
+
+def test_decode_steps_pay_for_completeness_checks_in_the_modeled_clock(tiny_judge_runtime):
+    """The same tokens with and without checks (the even judge's 0.5 never reaches 0.51): the modeled decode time
+    differs by exactly each check priced as a prefill of its tokens after its context."""
+    params = SamplingParams(max_tokens=120, temperature=50.0, seed=0, ignore_eos=True)
+
+    async def decode(p):
+        worker = make_worker(tiny_judge_runtime)
+        loop = asyncio.create_task(worker.run())
+        job = worker.submit(tiny_judge_runtime.new_sequence(list(range(3, 40)), p))
+        results = []
+        while not results or not results[-1].finished:
+            results.append((await job.events.get())[1])
+        loop.cancel()
+        return worker.clock, job, results
+
+    clock, plain, _ = asyncio.run(asyncio.wait_for(decode(params), 60))
+    _, checked, results = asyncio.run(asyncio.wait_for(decode(replace(params, stop_when_complete=0.51)), 60))
+    checks = [r.check for r in results if r.check is not None]
+    assert checks and checked.seq.output_ids == plain.seq.output_ids
+    extra = sum(clock.prefill_seconds([(c.tokens, c.context)]) for c in checks)
+    assert checked.decode_modeled_s - plain.decode_modeled_s == pytest.approx(extra, rel=1e-9)
+    assert checked.prefill_modeled_s == plain.prefill_modeled_s
