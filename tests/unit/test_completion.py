@@ -166,10 +166,14 @@ def test_a_resumed_sequence_keeps_its_check_schedule(tiny_judge_runtime, baselin
 def test_a_preempted_sequence_keeps_its_check_schedule_and_output(tiny_judge_runtime, baseline):
     rt = tiny_judge_runtime
     whole, _, boundaries = baseline
-    params = [SamplingParams(**dict(BASE, seed=s, stop_when_complete=NEVER)) for s in (0, 1, 2)]
+    # seed 0, added last, is the one preempted (twice): the second time at 60 tokens, after its check at 53; its next
+    # sentence end, at 69, is closer than the interval (20): checked there only if preemption forgot the schedule
+    params = [SamplingParams(**dict(BASE, seed=s, stop_when_complete=NEVER, stop_when_complete_interval=20))
+              for s in (1, 2, 0)]
     alone = []
     for p in params:
-        seq, results = run(rt, **{k: getattr(p, k) for k in ("seed", "stop_when_complete")})
+        seq, results = run(rt, **{k: getattr(p, k) for k in ("seed", "stop_when_complete",
+                                                              "stop_when_complete_interval")})
         alone.append((seq.output_ids, checked_at(results)))
     # 16 blocks of 16 tokens; each sequence grows to 157 tokens (10 blocks): three cannot run together
     scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=16), rt.free)
