@@ -14,9 +14,26 @@ MIB = 1024 * 1024
 
 # Fraction of the FP8 dense peak that block-scaled (128x128) FP8 GEMMs of DeepSeek's shapes reach [M]: DeepGEMM on
 # H800 runs M=4096 GEMMs with N x K = 7168 x 2048 at 1,159-1,204 TFLOP/s and 24576 x 1536 at 1,166-1,204 TFLOP/s,
-# 0.59-0.61 of 1,979 (github.com/deepseek-ai/DeepGEMM pull requests 74 and 81, 2025-03/04). Assumed for every
-# Hopper part; no H20 figure is published.
+# 0.59-0.61 of 1,979 (github.com/deepseek-ai/DeepGEMM pull requests 74 and 81, 2025-03/04). The H100/H200 share the
+# H800's SMs and rates; no H20 figure is published, so the H20's is derived from the H800's by what limits it
+# (fp8_block_gemm_efficiency).
 FP8_BLOCK_GEMM_EFFICIENCY = 0.60
+H800_BF16_GEMM_EFFICIENCY = 0.75  # the same part's large BF16 GEMMs (the default below)
+H800_FP8_TFLOPS_PER_SM = 1979 / 132
+
+
+def fp8_block_gemm_efficiency(bf16_efficiency: float, fp8_flops: float, sms: int) -> float:
+    """Fraction of the FP8 peak a block-scaled FP8 GEMM reaches on a part measured only in BF16.
+
+    DeepGEMM's FP8 GEMMs lose to BF16 (0.60 against 0.75 of peak on H800) because every 128-wide K block is promoted
+    into FP32 accumulators and scaled on the CUDA cores (github.com/deepseek-ai/DeepGEMM README, "promotion"). That
+    work is per SM and does not shrink with the tensor cores' rate. An H20 runs its tensor cores at 3.8 FP8 TFLOP/s
+    per SM against the H800's 15.0, so the same promotion costs a quarter as much of each GEMM's time: of the H800's
+    1/0.60 - 1/0.75 = 0.33 extra time per ideal FLOP, a part keeps 0.33 x (its FP8 FLOP/s per SM / the H800's),
+    added to its own BF16 efficiency's."""
+    promotion = (1 / FP8_BLOCK_GEMM_EFFICIENCY - 1 / H800_BF16_GEMM_EFFICIENCY) * \
+        (fp8_flops / TERA / sms) / H800_FP8_TFLOPS_PER_SM
+    return 1.0 / (1.0 / bf16_efficiency + promotion)
 
 
 @dataclass(frozen=True)
@@ -60,10 +77,12 @@ GPUS: dict[str, GPU] = {
     # (LMSYS blog 2025-09-26, Ant Group). Measured [M]: BF16 GEMM 136-142 TFLOP/s (0.92), HBM copy ~3.3 TB/s (0.82),
     # FlashMLA ~125-130 TFLOP/s (0.86).
     "H20-96G": GPU("H20-96G", 148 * TERA, 296 * TERA, H20_96_BYTES, 4.0e12, 900 * GIGA, 78,
-                   gemm_efficiency=0.92, hbm_efficiency=0.82, attention_efficiency=0.86, nics=4),
+                   gemm_efficiency=0.92, fp8_gemm_efficiency=fp8_block_gemm_efficiency(0.92, 296 * TERA, 78),
+                   hbm_efficiency=0.82, attention_efficiency=0.86, nics=4),
     # H20 141 GB ("H20-3e"): same compute [V]; 4.8 TB/s is an estimate [E] (unpublished; assumed equal to H200).
     "H20-141G": GPU("H20-141G", 148 * TERA, 296 * TERA, GB141_BYTES, 4.8e12, 900 * GIGA, 78,
-                    gemm_efficiency=0.92, hbm_efficiency=0.82, attention_efficiency=0.86, nics=4),
+                    gemm_efficiency=0.92, fp8_gemm_efficiency=fp8_block_gemm_efficiency(0.92, 296 * TERA, 78),
+                    hbm_efficiency=0.82, attention_efficiency=0.86, nics=4),
     # H800 SXM: 989 / 1979 TFLOP/s [V], 80 GB, 3.35 TB/s [V], NVLink 400 GB/s [V], 132 SMs, 8 x 400 Gb/s NICs.
     "H800": GPU("H800", 989 * TERA, 1979 * TERA, GB80_BYTES, 3.35e12, 400 * GIGA, 132),
     # H100 SXM: 989 / 1979 TFLOP/s [V], 80 GB, 3.35 TB/s [V], NVLink 900 GB/s [V], 132 SMs.

@@ -40,8 +40,6 @@ KNOWN_MISSES: dict[str, str] = {
     "h100x16-tp16-ttft-2k": "the source's TTFT is nearly flat in prompt length (128: 180 ms, 2k: 191 ms, 4k: 200 ms): "
                             "4,096 tokens x 74 GFLOP on 16 H100 alone take ~16 ms at the measured FP8 GEMM rate",
     "h100x16-tp16-ttft-4k": "as h100x16-tp16-ttft-2k: a flat TTFT the model's per-token costs cannot reproduce",
-    "h20-ant-prefill-4k": "the source's prefill runs optimizations the model lacks (MHA/MLA switching by length, MoE "
-                          "kernels tuned on real expert distributions); the model is 16% slow",
     "ds-profile-prefill": "multi-node prefill with two-batch overlap: the model still hides more of the all-to-all than "
                           "the traces show (communication 'slower than unit tests' under TBO, LMSYS blog)",
     "sglang-ep-prefill-1k": "multi-node prefill as ds-profile-prefill, plus real expert skew left after EPLB (the "
