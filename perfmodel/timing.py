@@ -14,7 +14,7 @@ communication behind compute. Per-layer, per-step and per-request overheads are 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdserve.perfmodel.communication import all_to_all_seconds, allreduce_seconds, expert_copies
 from pdserve.perfmodel.costs import Breakdown, GroupCost
@@ -50,15 +50,24 @@ class SoftwareProfile:
     request_overhead_s: float = 0.0
     gemm_efficiency_scale: float = 1.0  # e.g. weight-only int4 kernels reach less of the GEMM peak
     prefill_chunk_tokens: int = 0  # chunked prefill: tokens per forward step (0: whole prompts)
+    fitted_as: str = ""  # whose fitted overheads it uses (an older release of the same stack); "": its own
 
     def with_chunk(self, tokens: int) -> "SoftwareProfile":
-        return SoftwareProfile(self.name, self.layer_overhead_s, self.step_overhead_s, self.request_overhead_s,
-                               self.gemm_efficiency_scale, tokens)
+        return replace(self, prefill_chunk_tokens=tokens)
 
 
 SOFTWARE: dict[str, SoftwareProfile] = {
     # SGLang-class stack with CUDA graphs, DeepGEMM / fused MoE kernels, FlashMLA.
     "sglang": SoftwareProfile("sglang", layer_overhead_s=95e-6, step_overhead_s=0.5e-3, request_overhead_s=5e-3),
+    # SGLang 0.4 (early 2025): the same kernels' costs as far as any public run tells them apart; its scheduling
+    # defaults differ (engine/scheduling/profiles.py).
+    "sglang-0.4": SoftwareProfile("sglang-0.4", layer_overhead_s=95e-6, step_overhead_s=0.5e-3,
+                                  request_overhead_s=5e-3, fitted_as="sglang"),
+    # vLLM V1 serving the FP8 checkpoint (CUDA graphs, FlashMLA): fitted on its own runs.
+    "vllm": SoftwareProfile("vllm", layer_overhead_s=95e-6, step_overhead_s=1.0e-3, request_overhead_s=18e-3),
+    # vLLM 0.7 (the V0 engine): vLLM's costs, V0's scheduling.
+    "vllm-0.7": SoftwareProfile("vllm-0.7", layer_overhead_s=95e-6, step_overhead_s=1.0e-3,
+                                request_overhead_s=18e-3, fitted_as="vllm"),
     # vLLM serving AWQ (int4 weight-only) DeepSeek-R1: slower MoE kernels and more per-request overhead.
     "vllm-awq": SoftwareProfile("vllm-awq", layer_overhead_s=215e-6, step_overhead_s=1.0e-3,
                                 request_overhead_s=18e-3, prefill_chunk_tokens=8192),
@@ -96,7 +105,7 @@ class TimingModel:
         self.software = software
         self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
         self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP
-        self.overheads: Overheads = overheads(software.name, self.gpu.name, {
+        self.overheads: Overheads = overheads(software.fitted_as or software.name, self.gpu.name, {
             "layer_overhead_s": software.layer_overhead_s, "step_overhead_s": software.step_overhead_s,
             "request_overhead_s": software.request_overhead_s})
 

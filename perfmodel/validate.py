@@ -11,7 +11,8 @@ predictions the fit never saw. The model predicts each row's metric for the row'
 - ``decode_throughput_per_gpu`` / ``_per_node``: tokens per decode step (x accept length with MTP) over its time.
 
 Options (column ``options``): ``dp_attention``, ``tbo`` (two-batch overlap), ``kv=fp8``, ``chunk=N``,
-``mtp=D/A`` (D tokens verified per step, A accepted on average), ``interference``, ``balanced`` (the source simulated
+``mtp=D/A`` (D tokens verified per step, A accepted on average), ``interference``, ``software=NAME`` (the
+software profile; default ``sglang``, ``vllm-awq`` for AWQ weights), ``balanced`` (the source simulated
 perfectly balanced routing), ``qkv_a_token_split`` (the source splits the replicated q_a/kv_a projection by tokens).
 A row the model cannot represent stays in the table with its reason.
 ``python -m perfmodel.validate`` prints the table.
@@ -119,7 +120,7 @@ def scenario(row: dict, software: str | None = None) -> tuple[TimingModel | None
     model = model_profile("deepseek-r1-awq" if awq else "deepseek-r1")
     if opts.get("kv"):
         model = model.with_kv_precision(opts["kv"])
-    sw = SOFTWARE[software or ("vllm-awq" if awq else "sglang")]
+    sw = SOFTWARE[software or opts.get("software") or ("vllm-awq" if awq else "sglang")]
     if "chunk" in opts:
         sw = sw.with_chunk(int(opts["chunk"]))
     parallel = ParallelConfig(gpus, tp, ep, dp, 8, "tbo" in opts)
