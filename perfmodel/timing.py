@@ -51,6 +51,7 @@ class SoftwareProfile:
     gemm_efficiency_scale: float = 1.0  # e.g. weight-only int4 kernels reach less of the GEMM peak
     prefill_chunk_tokens: int = 0  # chunked prefill: tokens per forward step (0: whole prompts)
     fitted_as: str = ""  # whose fitted overheads it uses (an older release of the same stack); "": its own
+    fp8_kernels: str = "cutlass"  # block-scaled FP8 GEMMs of a tensor-parallel deployment (hardware.FP8_KERNELS)
 
     def with_chunk(self, tokens: int) -> "SoftwareProfile":
         return replace(self, prefill_chunk_tokens=tokens)
@@ -62,12 +63,12 @@ SOFTWARE: dict[str, SoftwareProfile] = {
     # SGLang 0.4 (early 2025): the same kernels' costs as far as any public run tells them apart; its scheduling
     # defaults differ (engine/scheduling/profiles.py).
     "sglang-0.4": SoftwareProfile("sglang-0.4", layer_overhead_s=95e-6, step_overhead_s=0.5e-3,
-                                  request_overhead_s=5e-3, fitted_as="sglang"),
+                                  request_overhead_s=5e-3, fitted_as="sglang", fp8_kernels="triton"),
     # vLLM V1 serving the FP8 checkpoint (CUDA graphs, FlashMLA): fitted on its own runs.
     "vllm": SoftwareProfile("vllm", layer_overhead_s=95e-6, step_overhead_s=1.0e-3, request_overhead_s=18e-3),
     # vLLM 0.7 (the V0 engine): vLLM's costs, V0's scheduling.
     "vllm-0.7": SoftwareProfile("vllm-0.7", layer_overhead_s=95e-6, step_overhead_s=1.0e-3,
-                                request_overhead_s=18e-3, fitted_as="vllm"),
+                                request_overhead_s=18e-3, fitted_as="vllm", fp8_kernels="triton"),
     # vLLM serving AWQ (int4 weight-only) DeepSeek-R1: slower MoE kernels and more per-request overhead.
     "vllm-awq": SoftwareProfile("vllm-awq", layer_overhead_s=215e-6, step_overhead_s=1.0e-3,
                                 request_overhead_s=18e-3, prefill_chunk_tokens=8192),
@@ -103,6 +104,8 @@ class TimingModel:
                 raise ValueError(f"software: unknown profile {software!r}; known: {', '.join(SOFTWARE)}")
             software = SOFTWARE[software]
         self.software = software
+        # DeepEP deployments (expert parallel with DP attention) run DeepGEMM; tensor-parallel ones the stack's own
+        self.fp8_kernels = "deepgemm" if self.parallel.ep > 1 and self.parallel.dp_attention else software.fp8_kernels
         self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
         self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP
         self.overheads: Overheads = overheads(software.fitted_as or software.name, self.gpu.name, {
@@ -112,7 +115,8 @@ class TimingModel:
     # --- rooflines ----------------------------------------------------------------------------------------------------
     def _gemm(self, flops: float, nbytes: float, precision: str, **factors: float) -> GroupCost:
         g = self.gpu
-        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16") * self.software.gemm_efficiency_scale
+        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16", self.fp8_kernels) * \
+            self.software.gemm_efficiency_scale
         return GroupCost(flops, nbytes, flops / rate, nbytes / (g.hbm_bandwidth * g.hbm_efficiency), factors)
 
     def _attention_core(self, flops: float, kv_bytes: float, **factors: float) -> GroupCost:
@@ -304,12 +308,19 @@ class TimingModel:
         group_sets = []
         for half in halves:
             t = sum(n for p, d in half for n, _ in p + d)
-            mine_p, mine_d = half[0] if len(half) == 1 else max(half, key=lambda b: self._rank_seconds(*b))
+            mine_p, mine_d = half[0] if len(half) == 1 else max(half, key=lambda b: self.rank_seconds(*b))
             group_sets.append(self._groups(mine_p, mine_d, t, rows * t // max(1, tokens) if overlap else rows,
                                            not prefilling))
         return self._finish(group_sets, tokens, prefilling)
 
-    def _rank_seconds(self, prefill: Seqs, decode: Seqs) -> float:
+    def busiest_rank_step(self, prefill: Seqs, decode: Seqs, tokens: int, head_rows: int,
+                          prefilling: bool) -> Breakdown:
+        """:meth:`step_time` once the busiest rank is known (its prefill chunks and decodes as (new, cached)), for
+        a step of ``tokens`` tokens over all ranks (``prefilling``: some rank prefills); no two-batch overlap."""
+        return self._finish([self._groups(prefill, decode, tokens, head_rows, not prefilling)], tokens, prefilling)
+
+    def rank_seconds(self, prefill: Seqs, decode: Seqs) -> float:
+        """What one attention rank's own share of a step costs (what makes it the busiest)."""
         return sum(g.seconds for g in self._rank_groups(prefill, decode).values())
 
     def _finish(self, group_sets: list[dict[str, GroupCost]], tokens: int, prefilling: bool) -> Breakdown:

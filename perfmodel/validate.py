@@ -41,6 +41,10 @@ KNOWN_MISSES: dict[str, str] = {
     "h100x16-tp16-ttft-2k": "the source's TTFT is nearly flat in prompt length (128: 180 ms, 2k: 191 ms, 4k: 200 ms): "
                             "4,096 tokens x 74 GFLOP on 16 H100 alone take ~16 ms at the measured FP8 GEMM rate",
     "h100x16-tp16-ttft-4k": "as h100x16-tp16-ttft-2k: a flat TTFT the model's per-token costs cannot reproduce",
+    "h20-ant-prefill-4k": "the row sits between two FP8 kernel families: stock SGLang 0.5.2 runs a TP8 prefill's GEMMs "
+                          "on the CUTLASS block-scaled kernel and Triton's fused MoE (-19.7% here), but Ant Group's "
+                          "build replaces the MoE and TP paths (its pull requests 10567 and 10568); with DeepGEMM-class "
+                          "kernels the model gives +5.5%",
     "ds-profile-prefill": "multi-node prefill with two-batch overlap: the model still hides more of the all-to-all than "
                           "the traces show (communication 'slower than unit tests' under TBO, LMSYS blog)",
     "sglang-ep-prefill-1k": "multi-node prefill as ds-profile-prefill, plus real expert skew left after EPLB (the "

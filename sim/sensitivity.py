@@ -29,8 +29,7 @@ def _balanced(t: TimingModel) -> None:
 
 def _faster_gemms(factor: float) -> Callable[[TimingModel], None]:
     def apply(t: TimingModel) -> None:
-        t.gpu = replace(t.gpu, fp8_gemm_efficiency=t.gpu.fp8_gemm_efficiency * factor,
-                        gemm_efficiency=min(1.0, t.gpu.gemm_efficiency * factor))
+        t.gpu = replace(t.gpu, gemm_efficiency=min(1.0, t.gpu.gemm_efficiency * factor))
     return apply
 
 
