@@ -104,8 +104,14 @@ class TimingModel:
                 raise ValueError(f"software: unknown profile {software!r}; known: {', '.join(SOFTWARE)}")
             software = SOFTWARE[software]
         self.software = software
-        # DeepEP deployments (expert parallel with DP attention) run DeepGEMM; tensor-parallel ones the stack's own
-        self.fp8_kernels = "deepgemm" if self.parallel.ep > 1 and self.parallel.dp_attention else software.fp8_kernels
+        # Block-scaled FP8 kernels (hardware.FP8_KERNELS): DeepEP deployments (expert parallel with DP attention) run
+        # DeepGEMM throughout; otherwise the linear layers run the stack's own kernel, expert-parallel MoE DeepGEMM's
+        # grouped GEMMs (SGLang v0.5.3 EPMoE) and tensor-parallel MoE Triton's fused MoE (SGLang v0.5.3 FusedMoE with
+        # MoeRunnerBackend.TRITON, python/sglang/srt/layers/moe/ep_moe/layer.py get_moe_impl_class)
+        p = self.parallel
+        deepep = p.ep > 1 and p.dp_attention
+        self.fp8_kernels = "deepgemm" if deepep else software.fp8_kernels
+        self.moe_kernels = "deepgemm" if deepep or (p.ep > 1 and software.fp8_kernels != "triton") else "triton"
         self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
         self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP
         self.overheads: Overheads = overheads(software.fitted_as or software.name, self.gpu.name, {
@@ -113,9 +119,9 @@ class TimingModel:
             "request_overhead_s": software.request_overhead_s})
 
     # --- rooflines ----------------------------------------------------------------------------------------------------
-    def _gemm(self, flops: float, nbytes: float, precision: str, **factors: float) -> GroupCost:
+    def _gemm(self, flops: float, nbytes: float, precision: str, kernels: str = "", **factors: float) -> GroupCost:
         g = self.gpu
-        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16", self.fp8_kernels) * \
+        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16", kernels or self.fp8_kernels) * \
             self.software.gemm_efficiency_scale
         return GroupCost(flops, nbytes, flops / rate, nbytes / (g.hbm_bandwidth * g.hbm_efficiency), factors)
 
@@ -252,11 +258,12 @@ class TimingModel:
             load = self._ep_load(tokens)
             return self._gemm(2.0 * m.expert_params * load.max_pairs * layers,
                               layers * load.max_distinct_experts * m.expert_params * wb, m.weight_precision,
-                              ep_imbalance=load.imbalance)
+                              self.moe_kernels, ep_imbalance=load.imbalance)
         t_tp = math.ceil(tokens * p.tp / p.gpus)
         load = expert_load(t_tp, m.n_routed_experts, m.experts_per_token, 1, m.n_expert_groups, m.topk_groups)
         return self._gemm(2.0 * m.expert_params * m.experts_per_token * t_tp * layers / p.tp,
                           layers * load.mean_distinct_experts * m.expert_params * wb / p.tp, m.weight_precision,
+                          self.moe_kernels,
                           distinct_experts=load.mean_distinct_experts)
 
     def _communication(self, tokens: int, t_mine: int, decode: bool) -> float:

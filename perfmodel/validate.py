@@ -42,7 +42,7 @@ KNOWN_MISSES: dict[str, str] = {
                             "4,096 tokens x 74 GFLOP on 16 H100 alone take ~16 ms at the measured FP8 GEMM rate",
     "h100x16-tp16-ttft-4k": "as h100x16-tp16-ttft-2k: a flat TTFT the model's per-token costs cannot reproduce",
     "h20-ant-prefill-4k": "the row sits between two FP8 kernel families: stock SGLang 0.5.2 runs a TP8 prefill's GEMMs "
-                          "on the CUTLASS block-scaled kernel and Triton's fused MoE (-19.7% here), but Ant Group's "
+                          "on the CUTLASS block-scaled kernel and Triton's fused MoE (-23.4% here), but Ant Group's "
                           "build replaces the MoE and TP paths (its pull requests 10567 and 10568); with DeepGEMM-class "
                           "kernels the model gives +5.5%",
     "ds-profile-prefill": "multi-node prefill with two-batch overlap: the model still hides more of the all-to-all than "
