@@ -29,7 +29,8 @@ def scheduling_lines(result: SimResult) -> list[str]:
 
 def request_parts(seq) -> dict[str, float]:
     ttft = seq.first_token_s - seq.start_s
-    return {"frontend": seq.frontend_s, "queue": ttft - seq.frontend_s - seq.prefill_s, "prefill": seq.prefill_s,
+    queue = max(0.0, ttft - seq.frontend_s - seq.prefill_s)  # float rounding leaves -1e-15 for a request never queued
+    return {"frontend": seq.frontend_s, "queue": queue, "prefill": seq.prefill_s,
             "transfer": seq.transfer_s, "waiting": seq.stall_s - seq.transfer_s, "decode": seq.decode_s,
             "e2el": seq.finish_s - seq.start_s}
 

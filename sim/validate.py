@@ -9,7 +9,8 @@ workload (random lengths, number of prompts, request rate or concurrency); the o
 Goals on held-out rows: duration and throughput within +-15%, mean TTFT and mean TPOT within +-25%. A row outside
 them is named in KNOWN_MISSES with the mechanism the model lacks; the test checks the set is exact.
 
-``python -m pdserve.sim.validate`` prints both tables (``--rows ID,..`` for some, ``--json`` for all figures).
+``python -m pdserve.sim.validate`` prints both tables (``--rows ID,..`` for some, ``--json`` for all figures,
+``--markdown`` as the docs show them).
 """
 
 from __future__ import annotations
@@ -201,6 +202,49 @@ def format_table(replays: list[Replay]) -> str:
     return "\n".join(lines).rstrip()
 
 
+def format_markdown(replays: list[Replay]) -> str:
+    """The tables docs/validation.md shows: per split, each row's measured figure and error; each named miss's
+    mechanism once, numbered, under its table."""
+    shown = ("duration", "out tok/s", "mean TTFT", "mean TPOT", "median TPOT")
+    lines: list[str] = []
+    for split in ("calibration", "held-out"):
+        part = [r for r in replays if r.split == split]
+        if not part:
+            continue
+        why: list[str] = []
+        lines += [f"**{split}** (measured, then the simulator's error; ! outside the goal)", "",
+                  "| row | " + " | ".join(shown) + " | miss |", "|---" * (len(shown) + 2) + "|"]
+        for r in part:
+            if r.note:
+                lines.append(f"| {r.row_id} | {r.note} |" + " |" * len(shown))
+                continue
+            by = {f.name: f for f in r.figures}
+            cells = [f"{_value(f.measured)} ({f.error * 100:+.0f}%{'!' if f.missed else ''})" if (f := by.get(n))
+                     else "-" for n in shown]
+            mark = ""
+            if r.missed and split == "held-out":
+                text = KNOWN_MISSES.get(r.row_id, "UNEXPLAINED")
+                why += [] if text in why else [text]
+                mark = f"[{why.index(text) + 1}]"
+            lines.append(f"| {r.row_id} | " + " | ".join(cells) + f" | {mark} |")
+        s = summary_of(part)
+        lines += ["", f"{split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
+                      f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
+                      f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}", ""]
+        lines += [f"{i}. {text}" for i, text in enumerate(why, 1)] + ([""] if why else [])
+        for profile in sorted({r.setup.split(":")[0] for r in part if not r.note}):
+            p = summary_of([r for r in part if not r.note and r.setup.split(":")[0] == profile])
+            lines.append(f"- {profile}: {p['replayed']} rows, {p['within']} of {p['figures']} goal figures within "
+                         f"their goal; mean |error| duration {p['duration']:.1%}, output throughput "
+                         f"{p['out tok/s']:.1%}, mean TTFT {p['mean TTFT']:.1%}, mean TPOT {p['mean TPOT']:.1%}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _value(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
+
+
 def summary_of(replays: list[Replay]) -> dict:
     done = [r for r in replays if not r.note]
     goal = [f for r in done for f in r.figures if f.goal is not None]
@@ -227,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="", help="only these row ids, comma separated")
     ap.add_argument("--json", action="store_true", help="every figure of every row as JSON")
+    ap.add_argument("--markdown", action="store_true", help="the tables as docs/validation.md shows them")
     a = ap.parse_args(argv)
     replays = validate(only={x.strip() for x in a.rows.split(",") if x.strip()} or None)
     if a.json:
@@ -234,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                            "figures": [f.__dict__ | {"error": f.error} for f in r.figures]} for r in replays],
                          indent=2))
     else:
-        print(format_table(replays))
+        print(format_markdown(replays) if a.markdown else format_table(replays))
     return 0
 
 

@@ -10,15 +10,11 @@ its pacing lag counters are read back."""
 
 from __future__ import annotations
 
-import math
-
-from pdserve.bench.agreement import compare, emulated, simulated, workload
+from pdserve.bench.agreement import compare, modeled_clock_run
 
 
 def test_simulator_agrees_with_the_paced_emulator_in_the_modeled_clock():
-    requests = workload(10, (200, 800), (16, 32), seed=7)
-    sim = simulated(requests, math.inf, 1, seed=7)
-    emu = emulated(requests, math.inf, 1, seed=7, time_scale=1.0)
+    sim, emu = modeled_clock_run()
     assert emu["failed"] == 0 and emu["completed"] == 10 and sim["completed"] == 10
     for label, s, e, diff in compare(sim, emu):
         assert abs(diff) < 0.002, f"{label}: simulated {s:.4f}, emulated {e:.4f} ({100 * diff:+.2f}%)"

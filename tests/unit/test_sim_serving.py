@@ -10,7 +10,7 @@ from pdserve.engine.scheduler import Role
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.explain import explain_requests, request_parts
-from pdserve.sim.validate import FIGURES, KNOWN_MISSES, measured, replay, rows
+from pdserve.sim.validate import FIGURES, KNOWN_MISSES, Figure, Replay, format_markdown, format_table, measured, replay, rows
 
 H200 = Deployment(hardware="H200", ep=1)
 
@@ -76,3 +76,7 @@ def test_a_serving_run_replays_figure_by_figure():
     assert all(f.predicted > 0 for f in r.figures)
     assert "SGLang v0.5.3" in r.setup and "max running 512" in r.setup  # the launch's flags over the profile
     assert {g for _, _, _, _, g in FIGURES} == {0.15, 0.25, None}
+    assert "ix-pub-sgl0512-tp8-1k1k-c4" in format_table([r]) and "SGLang v0.5.3 (sglang): 1 rows" in format_markdown([r])
+    missed = Replay("ix-pub-sgl0512-tp8-8k1k-c64", "held-out", [Figure("mean TTFT", 2245.58, 1600.0, 0.25)])
+    text = format_markdown([missed])
+    assert "2,246 (-29%!) | - | - | [1] |" in text and KNOWN_MISSES[missed.row_id] in text  # the miss and its mechanism
