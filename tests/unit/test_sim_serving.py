@@ -80,3 +80,12 @@ def test_a_serving_run_replays_figure_by_figure():
     missed = Replay("ix-pub-sgl0512-tp8-8k1k-c64", "held-out", [Figure("mean TTFT", 2245.58, 1600.0, 0.25)])
     text = format_markdown([missed])
     assert "2,246 (-29%!) | - | - | [1] |" in text and KNOWN_MISSES[missed.row_id] in text  # the miss and its mechanism
+
+
+def test_the_busiest_attention_rank_sets_the_steps_attention():
+    tm = Deployment(hardware="H200", ep=8, dp_attention=True).timing()
+    big, tiny = ([(4096, 0)], []), ([(16, 0)], [])
+    lopsided, even = tm.step_time([big, tiny]), tm.step_time([big, big])
+    for group in ("attention_proj", "attention_core"):  # each rank's own work: the step waits for the big chunk's
+        assert lopsided.groups[group].seconds == pytest.approx(even.groups[group].seconds), group
+    assert lopsided.seconds < even.seconds  # the experts still see fewer tokens
