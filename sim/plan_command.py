@@ -123,7 +123,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     if not tp_sizes or a.instance_sizes < 1:
         raise ValueError("tp_sizes / instance_sizes: need at least one TP degree and one instance size")
     pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True),
-                      tp_sizes=tp_sizes, sizes=a.instance_sizes)
+                      tp_sizes=tp_sizes, sizes=a.instance_sizes, overrides=planner.overrides)
     if not pool:
         raise ValueError(f"hardware: none of {', '.join(hardware)} holds the model within {a.max_nodes} nodes")
     baseline = Candidate(BASELINE, 0, 1)

@@ -110,10 +110,11 @@ class Outcome:
 
 def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", gpus_per_node: int = 8,
                dp_attention: tuple[bool, ...] = (False, True), tp_sizes: tuple[int, ...] = (8,),
-               sizes: int = 2) -> list[Candidate]:
+               sizes: int = 2, overrides: SchedulerOverrides | None = None) -> list[Candidate]:
     """Per GPU type, DP-attention setting and attention TP degree: instances of the ``sizes`` smallest whole-node
     sizes that hold the model (experts spread over all the instance's GPUs: EP8 on one node, EP16 on two), each
-    colocated and in every x prefill + y decode layout within ``max_nodes``."""
+    colocated and in every x prefill + y decode layout within ``max_nodes``. "Hold" as the scheduler will run it: with
+    the software's memory fraction for that layout (SGLang reserves more with DP attention) or the user's."""
     out = []
     for hw, dp, tp in itertools.product(hardware, dp_attention, tp_sizes):
         found = 0
@@ -124,6 +125,7 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
                            dp_attention=dp, gpus_per_node=gpus_per_node)
             try:
                 check_deployment(d)
+                modeled_scheduling(d, Role.DECODE, overrides)
             except ValueError:
                 continue
             found += 1
