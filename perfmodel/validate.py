@@ -39,7 +39,7 @@ KNOWN_MISSES: dict[str, str] = {
                         "128 -> 1024 adds 58 ms; no cost that grows with prompt length fits both 1k and 4k",
     "h100-awq-ttft-4k": "the other half of the inconsistent AWQ TTFT pair (see h100-awq-ttft-1k)",
     "h100x16-tp16-ttft-2k": "the source's TTFT is nearly flat in prompt length (128: 180 ms, 2k: 191 ms, 4k: 200 ms): "
-                            "4,096 tokens x 74 GFLOP on 16 H100 alone take ~16 ms at the measured FP8 GEMM rate",
+                            "4,096 tokens x 74 GFLOP on 16 H100 alone take ~16 ms even at DeepGEMM's FP8 rate",
     "h100x16-tp16-ttft-4k": "as h100x16-tp16-ttft-2k: a flat TTFT the model's per-token costs cannot reproduce",
     "h20-ant-prefill-4k": "the row sits between two FP8 kernel families: stock SGLang 0.5.2 runs a TP8 prefill's GEMMs "
                           "on the CUTLASS block-scaled kernel and Triton's fused MoE (-23.4% here), but Ant Group's "
