@@ -64,7 +64,10 @@ def modeled_scheduling(d: Deployment, role: Role, overrides: SchedulerOverrides 
     profile = scheduling_profile(d.software)
     hw = hardware_facts(d)
     limits = profile.limits(hw)
-    d = replace(d, mem_fraction=o.mem_fraction or d.mem_fraction or limits.mem_fraction, _cache={})
+    # the memory fraction changes the memory fit, not the timing: keep a timing model already built (a sensitivity
+    # variant's, sim/sensitivity.py, is changed in place and would otherwise be rebuilt from the defaults)
+    kept = {k: v for k, v in d._cache.items() if k == "timing"}
+    d = replace(d, mem_fraction=o.mem_fraction or d.mem_fraction or limits.mem_fraction, _cache=kept)
     fit = check_deployment(d)
     ranks = hw.attention_dp
     per_rank = fit.kv_tokens_per_replica

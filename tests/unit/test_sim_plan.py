@@ -10,8 +10,10 @@ from pdserve.cli.main import main as cli_main
 from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.scheduler import Role
 from pdserve.perfmodel.deployment import Deployment, check_deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.plan_command import parse_duration
 from pdserve.sim.planner import candidates
+from pdserve.sim.sensitivity import VARIANTS, variant
 
 
 def test_candidates_use_the_smallest_instance_that_holds_the_model():
@@ -67,3 +69,18 @@ def test_plan_small_search(tmp_path, capsys):
 def test_plan_refuses_bad_slo(capsys):
     assert cli_main(["plan", "--tpot-p90=0ms", "--num-prompts", "5"]) == 2
     assert "tpot_p90" in capsys.readouterr().err
+
+
+def test_a_sensitivity_variant_reaches_the_simulated_steps():
+    """--sensitivity changes a deployment's timing model in place; the simulated instance must step with that model
+    (it used to rebuild a default one when it resolved the software's memory fraction, and every variant gave the
+    same answer as the model itself)."""
+    base = Deployment()
+    half = variant(base, next(change for name, _, change in VARIANTS if name == "per-layer overhead x0.5"))
+    requests = [SimRequest(list(range(1, 400)), 20) for _ in range(4)]
+
+    def duration(d: Deployment) -> float:
+        result = Cluster(ClusterSpec([Pool(Role.BOTH, d, 1)], frontend=False)).run(requests, [0.0] * 4)
+        return max(s.finish_s for s in result.sequences)
+
+    assert duration(half) < 0.8 * duration(base)
