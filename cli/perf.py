@@ -16,7 +16,12 @@ def cmd_perf(a: argparse.Namespace) -> int:
         lens = [int(x) for x in a.prefill_lens.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"prefill_lens: {a.prefill_lens!r} is not a comma-separated list of integers") from None
-    report = scenario_report(deployment_from_args(a), lens, a.decode_batch, a.context_len, a.link)
+    from pdserve.common.scheduling import modeled_scheduling
+    from pdserve.engine.scheduler import Role
+
+    # the memory its software leaves for weights + KV (SGLang's --mem-fraction-static, ...), as the workers size it
+    deployment = modeled_scheduling(deployment_from_args(a), Role.DECODE).deployment
+    report = scenario_report(deployment, lens, a.decode_batch, a.context_len, a.link)
     print(json.dumps(report, indent=2) if a.json else format_report(report, show_explain=a.explain))
     return 0
 
@@ -26,8 +31,9 @@ def register(sub) -> None:
     add_deployment_flag(p, help="the modeled deployment, KEY=V,.. over the default (deepseek-r1 on 8 x H20-141G, "
                                 "TP8 EP8, sglang); keys: model (deepseek-r1, llama-3-70b, smollm2-135m, ...), "
                                 "hardware (H20-96G, H20-141G, H800, H100, H200), gpus, tp, ep, dp_attention, software "
-                                f"(sglang, vllm-awq), kv_precision ({', '.join(k for k in KV_PRECISIONS if k)}: "
-                                "fp8 halves DeepSeek's 70,272 B/token), gpus_per_node, two_batch_overlap")
+                                "(sglang, sglang-0.4, vllm, vllm-0.7, vllm-awq), kv_precision "
+                                f"({', '.join(k for k in KV_PRECISIONS if k)}: fp8 halves DeepSeek's 70,272 B/token), "
+                                "gpus_per_node, two_batch_overlap, mem_fraction (default: the software's)")
     p.add_argument("--prefill-lens", default="4096", help="prompt lengths prefilled together")
     p.add_argument("--decode-batch", type=int, default=32)
     p.add_argument("--context-len", type=int, default=2048)

@@ -41,7 +41,6 @@ from pdserve.engine.sequence import Sequence
 from pdserve.engine.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.store import MAX_WAIT_S
-from pdserve.perfmodel.deployment import deployment_from_args, kv_capacity_tokens
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
 from pdserve.worker.flags import build_worker, run_worker, worker_parser
 from pdserve.worker.metrics import ITL
@@ -230,14 +229,6 @@ def count_completion_check(seq: Sequence, result: StepResult) -> None:
         COMPLETION_TOKENS_LEFT.inc(seq.params.max_tokens - len(seq.output_ids))
 
 
-def modeled_kv_blocks(args) -> int:
-    """The modeled deployment's KV capacity, in this worker's blocks."""
-    try:
-        return kv_capacity_tokens(deployment_from_args(args)) // args.block_tokens
-    except ValueError as exc:
-        raise SystemExit(f"modeled deployment: {exc}") from None
-
-
 def build_parser():
     parser = worker_parser("decode_server", 50071, max_queue=512)
     parser.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV cache budget in blocks")
@@ -256,9 +247,8 @@ def build_parser():
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    kv_blocks = args.kv_blocks
-    if args.kv_budget == "modeled":
-        kv_blocks = modeled_kv_blocks(args)
+    # modeled: the software's memory fraction of the modeled deployment, per attention rank (worker/flags.py)
+    kv_blocks = None if args.kv_budget == "modeled" else args.kv_blocks
     worker = build_worker(args, Role.DECODE, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:

@@ -32,6 +32,7 @@ class Deployment:
     kv_precision: str = ""  # "" keeps the model's own (BF16 for DeepSeek); "fp8" halves the KV cache
     gpus_per_node: int = 8
     two_batch_overlap: bool = False
+    mem_fraction: float = 0.0  # share of GPU memory for weights + KV (SGLang's --mem-fraction-static); 0: 0.90
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def profile(self) -> ModelProfile:
@@ -51,7 +52,7 @@ class Deployment:
         return self._cache["timing"]
 
     def memory(self) -> MemoryFit:
-        return memory_fit(self.profile(), self.gpu(), self.parallel())
+        return memory_fit(self.profile(), self.gpu(), self.parallel(), self.mem_fraction)
 
 
 def check_deployment(d: Deployment) -> MemoryFit:
@@ -59,6 +60,8 @@ def check_deployment(d: Deployment) -> MemoryFit:
     for name in ("gpus", "tp", "ep", "gpus_per_node"):
         if getattr(d, name) <= 0:
             raise ValueError(f"{name}: must be positive, got {getattr(d, name)}")
+    if not 0.0 <= d.mem_fraction < 1.0:
+        raise ValueError(f"mem_fraction: must be in (0, 1) (0: the default), got {d.mem_fraction}")
     if d.software not in SOFTWARE:
         raise ValueError(f"software: unknown profile {d.software!r}; known: {', '.join(SOFTWARE)}")
     m, g, p = d.profile(), d.gpu(), d.parallel()  # unknown names and non-dividing tp/ep raise here
@@ -66,7 +69,7 @@ def check_deployment(d: Deployment) -> MemoryFit:
         raise ValueError(f"ep: {m.n_routed_experts} routed experts of {m.name} do not divide over ep={p.ep}")
     if m.n_heads % p.tp and not p.dp_attention:
         raise ValueError(f"tp: {m.n_heads} attention heads of {m.name} do not divide over tp={p.tp}")
-    fit = memory_fit(m, g, p)
+    fit = memory_fit(m, g, p, d.mem_fraction)
     if not fit.fits or fit.kv_tokens_per_replica <= 0:
         raise ValueError(
             f"gpus: weights of {m.name} need {fit.weight_bytes_per_gpu / 1e9:.1f} GB per GPU with {p.describe()}, "
@@ -83,7 +86,7 @@ def kv_capacity_tokens(d: Deployment) -> int:
 
 
 DEPLOYMENT_KEYS_HELP = ("model, hardware, gpus, tp, ep, dp_attention, software, kv_precision, gpus_per_node, "
-                        "two_batch_overlap")
+                        "two_batch_overlap, mem_fraction")
 
 
 def parse_deployment(text: str, base: Deployment | None = None, field_name: str = "deployment") -> Deployment:

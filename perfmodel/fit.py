@@ -24,6 +24,8 @@ PLAN: dict[tuple[str, str], list[str]] = {
     ("sglang@h20", "layer_overhead_s"): ["h20-ant-decode-bs8-ep16"],
     ("vllm-awq@hopper", "layer_overhead_s"): ["h100-awq-c1"],
     ("vllm-awq@hopper", "request_overhead_s"): ["h100-awq-ttft-128"],
+    ("vllm@hopper", "layer_overhead_s"): ["h200-vllm-tp8-c4"],
+    ("vllm@hopper", "request_overhead_s"): ["h200-vllm-tp8-c4-ttft"],
 }
 START = {"layer_overhead_s": 100e-6, "request_overhead_s": 10e-3, "internode_allreduce_latency_s": 30e-6}
 

@@ -12,11 +12,37 @@ TERA = 1e12
 GIGA = 1e9
 MIB = 1024 * 1024
 
-# Fraction of the FP8 dense peak that block-scaled (128x128) FP8 GEMMs of DeepSeek's shapes reach [M]: DeepGEMM on
-# H800 runs M=4096 GEMMs with N x K = 7168 x 2048 at 1,159-1,204 TFLOP/s and 24576 x 1536 at 1,166-1,204 TFLOP/s,
-# 0.59-0.61 of 1,979 (github.com/deepseek-ai/DeepGEMM pull requests 74 and 81, 2025-03/04). Assumed for every
-# Hopper part; no H20 figure is published.
-FP8_BLOCK_GEMM_EFFICIENCY = 0.60
+# Fractions of the FP8 dense peak that block-scaled (128x128) FP8 GEMMs of DeepSeek's shapes reach on H800/H100-class
+# SMs, per kernel family [M]:
+# - deepgemm: DeepGEMM runs M=4096 GEMMs with N x K = 7168 x 2048 at 1,159-1,204 TFLOP/s and 24576 x 1536 at
+#   1,166-1,204 TFLOP/s on H800, 0.59-0.61 of 1,979 (github.com/deepseek-ai/DeepGEMM pull requests 74 and 81,
+#   2025-03/04). SGLang's DeepEP deployments run their GEMMs on it.
+# - cutlass: the block-scaled CUTLASS kernel tensor-parallel serving runs (SGLang v0.5.3 dispatches its FP8 linear
+#   layers to it before DeepGEMM, python/sglang/srt/layers/quantization/fp8_utils.py; vLLM since pull request 23280)
+#   reaches 457-490 TFLOP/s on H100 at 4,096-8,192 rows of DeepSeek's N=2112 K=7168 shape, Triton's 403-407
+#   (github.com/vllm-project/vllm pull request 23280, 2025-09): 0.248 of 1,979.
+# - triton: that Triton kernel, 406 TFLOP/s in the same table (0.205): the block-scaled FP8 path of early-2025
+#   releases (SGLang v0.4.3 had neither DeepGEMM nor the CUTLASS kernel).
+# The H100/H200 share the H800's SMs and rates; no H20 figure is published, so the H20's are derived from these by what
+# limits them (fp8_block_gemm_efficiency).
+FP8_KERNELS = {"deepgemm": 0.60, "cutlass": 490 / 1979, "triton": 406 / 1979}
+H800_BF16_GEMM_EFFICIENCY = 0.75  # the same part's large BF16 GEMMs (the default below)
+H800_FP8_TFLOPS_PER_SM = 1979 / 132
+
+
+def fp8_block_gemm_efficiency(bf16_efficiency: float, fp8_flops: float, sms: int, h800_efficiency: float) -> float:
+    """Fraction of the FP8 peak a block-scaled FP8 GEMM reaches on a part, from what the same kernel reaches on an
+    H800 (``h800_efficiency``) and the part's own BF16 efficiency.
+
+    Block-scaled FP8 GEMMs lose to BF16 (DeepGEMM: 0.60 against 0.75 of peak on H800) because every 128-wide K block
+    is promoted into FP32 accumulators and scaled on the CUDA cores (github.com/deepseek-ai/DeepGEMM README,
+    "promotion"). That work is per SM and does not shrink with the tensor cores' rate. An H20 runs its tensor cores at
+    3.8 FP8 TFLOP/s per SM against the H800's 15.0, so the same promotion costs a quarter as much of each GEMM's time:
+    of the H800's extra time per ideal FLOP (1/0.60 - 1/0.75 = 0.33 for DeepGEMM), a part keeps that x (its FP8
+    FLOP/s per SM / the H800's), added to its own BF16 efficiency's."""
+    promotion = (1 / h800_efficiency - 1 / H800_BF16_GEMM_EFFICIENCY) * \
+        (fp8_flops / TERA / sms) / H800_FP8_TFLOPS_PER_SM
+    return 1.0 / (1.0 / bf16_efficiency + promotion)
 
 
 @dataclass(frozen=True)
@@ -30,7 +56,6 @@ class GPU:
     sms: int
     # fractions of peak that real kernels reach [M]
     gemm_efficiency: float = 0.75  # large BF16 GEMMs
-    fp8_gemm_efficiency: float = FP8_BLOCK_GEMM_EFFICIENCY
     hbm_efficiency: float = 0.82  # streaming reads (weights, KV)
     attention_efficiency: float = 0.70  # FlashAttention / FlashMLA compute
     nic_bandwidth: float = 45 * GIGA  # per 400 Gb/s NIC, achieved [M]
@@ -39,10 +64,13 @@ class GPU:
     def flops(self, precision: str) -> float:
         return self.fp8_flops if precision == "fp8" else self.bf16_flops
 
-    def gemm_rate(self, precision: str) -> float:
-        """FLOP/s a large GEMM of this precision really reaches."""
+    def fp8_gemm_efficiency(self, kernels: str = "deepgemm") -> float:
+        return fp8_block_gemm_efficiency(self.gemm_efficiency, self.fp8_flops, self.sms, FP8_KERNELS[kernels])
+
+    def gemm_rate(self, precision: str, kernels: str = "deepgemm") -> float:
+        """FLOP/s a large GEMM of this precision really reaches (FP8: on that family of block-scaled kernels)."""
         if precision == "fp8":
-            return self.fp8_flops * self.fp8_gemm_efficiency
+            return self.fp8_flops * self.fp8_gemm_efficiency(kernels)
         return self.bf16_flops * self.gemm_efficiency
 
     def nic_bandwidth_per_gpu(self, gpus_per_node: int = 8) -> float:

@@ -9,7 +9,8 @@ from pdserve.perfmodel.models import BYTES_PER_PARAM, ModelProfile
 from pdserve.perfmodel.parallel import ParallelConfig
 
 # Activations, CUDA graphs, allocator slack, communication buffers: SGLang's default --mem-fraction-static leaves
-# roughly this share of usable memory outside the weights + KV pool on 8-GPU Hopper nodes.
+# roughly this share of usable memory outside the weights + KV pool on 8-GPU Hopper nodes (0.897 on the 141 GB parts
+# at TP8, v0.5.3). A deployment's mem_fraction (the scheduling profile's, or the user's) replaces it.
 RESERVED_FRACTION = 0.10
 
 
@@ -60,10 +61,12 @@ def kv_bytes_per_token_per_gpu(m: ModelProfile, p: ParallelConfig) -> float:
     return m.kv_bytes_per_token / (1 if m.attention == "mla" else min(p.attention_shards, m.n_kv_heads))
 
 
-def memory_fit(m: ModelProfile, gpu: GPU, p: ParallelConfig) -> MemoryFit:
+def memory_fit(m: ModelProfile, gpu: GPU, p: ParallelConfig, mem_fraction: float = 0.0) -> MemoryFit:
+    """``mem_fraction``: the share of memory for weights + KV cache (SGLang's --mem-fraction-static); 0: 1 -
+    RESERVED_FRACTION."""
     parts = weight_breakdown(m, p)
     weights = sum(parts.values())
-    reserved = RESERVED_FRACTION * gpu.hbm_bytes
+    reserved = (1.0 - mem_fraction if mem_fraction else RESERVED_FRACTION) * gpu.hbm_bytes
     free = max(0.0, gpu.hbm_bytes - weights - reserved)
     per_token = kv_bytes_per_token_per_gpu(m, p)
     tokens_per_replica = int(free // per_token)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pdserve.perfmodel.costs import Breakdown
 from pdserve.perfmodel.deployment import Deployment, check_scenario
+from pdserve.perfmodel.memory import RESERVED_FRACTION
 
 
 def scenario_report(d: Deployment, prefill_lens: list[int], decode_batch: int, context_len: int,
@@ -15,7 +16,8 @@ def scenario_report(d: Deployment, prefill_lens: list[int], decode_batch: int, c
     report = {
         "scenario": {"model": m.name, "hardware": g.name, "parallel": p.describe(), "software": d.software,
                      "kv_precision": m.kv_precision, "prefill_lens": prefill_lens, "decode_batch": decode_batch,
-                     "context_len": context_len, "overheads": tm.overheads.source},
+                     "context_len": context_len, "overheads": tm.overheads.source,
+                     "mem_fraction": d.mem_fraction or 1.0 - RESERVED_FRACTION},
         "kv_bytes_per_token": m.kv_bytes_per_token,
         "kv_bytes_per_request": [m.kv_bytes_per_token * n for n in prefill_lens],
         "kv_transfer_seconds": [tm.kv_transfer_time(n, link) for n in prefill_lens],
@@ -99,7 +101,8 @@ def format_report(r: dict, show_explain: bool = False) -> str:
                   + f"; transfer over {r['kv_transfer_link']}: "
                   + ", ".join(f"{t * 1e6:.0f} us" for t in r["kv_transfer_seconds"])]
     mem = r["memory"]
-    lines += [f"memory per GPU: weights {mem['weight_bytes_per_gpu'] / 1e9:.1f} GB, reserved "
+    lines += [f"memory per GPU (weights + KV: {s['mem_fraction']:.3f} of it): weights "
+              f"{mem['weight_bytes_per_gpu'] / 1e9:.1f} GB, reserved "
               f"{mem['reserved_bytes_per_gpu'] / 1e9:.1f} GB, free for KV {mem['kv_bytes_free_per_gpu'] / 1e9:.1f} GB "
               f"of {mem['hbm_bytes_per_gpu'] / 1e9:.1f} GB usable -> {mem['max_kv_tokens']:,} KV tokens, at most "
               f"{mem['max_batch_at_context']:,} sequences of {s['context_len']} tokens"]

@@ -9,12 +9,16 @@ tensor-parallel all-reduce (interpolated from measured NVLink figures; over the 
 expert-parallel all-to-all (NVLink inside a node, NICs across nodes). Two-batch overlap runs two half batches and hides
 communication behind compute. Per-layer, per-step and per-request overheads are fitted per software and GPU family
 (overheads.py). ``explain`` keeps every group's FLOPs, bytes and bound so the arithmetic can be checked by hand.
+
+Over 300 lines because the operator groups, the per-rank step composition (``step_time``) and the overlap/overhead
+finish share one cost vocabulary and are checked against each other to 1e-12; moving the composition to its own
+module is the next split if it grows.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdserve.perfmodel.communication import all_to_all_seconds, allreduce_seconds, expert_copies
 from pdserve.perfmodel.costs import Breakdown, GroupCost
@@ -26,6 +30,7 @@ from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.routing import ExpertLoad, expert_load
 
 MICRO = 1e-6
+Seqs = list[tuple[int, int]]  # (new tokens, tokens already cached) per sequence
 
 
 # MLA decode kernels (FlashMLA, FA3-MLA) work on 64 query rows per tile (github.com/deepseek-ai/FlashMLA).
@@ -49,15 +54,25 @@ class SoftwareProfile:
     request_overhead_s: float = 0.0
     gemm_efficiency_scale: float = 1.0  # e.g. weight-only int4 kernels reach less of the GEMM peak
     prefill_chunk_tokens: int = 0  # chunked prefill: tokens per forward step (0: whole prompts)
+    fitted_as: str = ""  # whose fitted overheads it uses (an older release of the same stack); "": its own
+    fp8_kernels: str = "cutlass"  # block-scaled FP8 GEMMs of a tensor-parallel deployment (hardware.FP8_KERNELS)
 
     def with_chunk(self, tokens: int) -> "SoftwareProfile":
-        return SoftwareProfile(self.name, self.layer_overhead_s, self.step_overhead_s, self.request_overhead_s,
-                               self.gemm_efficiency_scale, tokens)
+        return replace(self, prefill_chunk_tokens=tokens)
 
 
 SOFTWARE: dict[str, SoftwareProfile] = {
     # SGLang-class stack with CUDA graphs, DeepGEMM / fused MoE kernels, FlashMLA.
     "sglang": SoftwareProfile("sglang", layer_overhead_s=95e-6, step_overhead_s=0.5e-3, request_overhead_s=5e-3),
+    # SGLang 0.4 (early 2025): the same kernels' costs as far as any public run tells them apart; its scheduling
+    # defaults differ (engine/scheduling/profiles.py).
+    "sglang-0.4": SoftwareProfile("sglang-0.4", layer_overhead_s=95e-6, step_overhead_s=0.5e-3,
+                                  request_overhead_s=5e-3, fitted_as="sglang", fp8_kernels="triton"),
+    # vLLM V1 serving the FP8 checkpoint (CUDA graphs, FlashMLA): fitted on its own runs.
+    "vllm": SoftwareProfile("vllm", layer_overhead_s=95e-6, step_overhead_s=1.0e-3, request_overhead_s=18e-3),
+    # vLLM 0.7 (the V0 engine): vLLM's costs, V0's scheduling.
+    "vllm-0.7": SoftwareProfile("vllm-0.7", layer_overhead_s=95e-6, step_overhead_s=1.0e-3,
+                                request_overhead_s=18e-3, fitted_as="vllm", fp8_kernels="triton"),
     # vLLM serving AWQ (int4 weight-only) DeepSeek-R1: slower MoE kernels and more per-request overhead.
     "vllm-awq": SoftwareProfile("vllm-awq", layer_overhead_s=215e-6, step_overhead_s=1.0e-3,
                                 request_overhead_s=18e-3, prefill_chunk_tokens=8192),
@@ -93,16 +108,25 @@ class TimingModel:
                 raise ValueError(f"software: unknown profile {software!r}; known: {', '.join(SOFTWARE)}")
             software = SOFTWARE[software]
         self.software = software
+        # Block-scaled FP8 kernels (hardware.FP8_KERNELS): DeepEP deployments (expert parallel with DP attention) run
+        # DeepGEMM throughout; otherwise the linear layers run the stack's own kernel, expert-parallel MoE DeepGEMM's
+        # grouped GEMMs (SGLang v0.5.3 EPMoE) and tensor-parallel MoE Triton's fused MoE (SGLang v0.5.3 FusedMoE with
+        # MoeRunnerBackend.TRITON, python/sglang/srt/layers/moe/ep_moe/layer.py get_moe_impl_class)
+        p = self.parallel
+        deepep = p.ep > 1 and p.dp_attention
+        self.fp8_kernels = "deepgemm" if deepep else software.fp8_kernels
+        self.moe_kernels = "deepgemm" if deepep or (p.ep > 1 and software.fp8_kernels != "triton") else "triton"
         self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
         self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP
-        self.overheads: Overheads = overheads(software.name, self.gpu.name, {
+        self.overheads: Overheads = overheads(software.fitted_as or software.name, self.gpu.name, {
             "layer_overhead_s": software.layer_overhead_s, "step_overhead_s": software.step_overhead_s,
             "request_overhead_s": software.request_overhead_s})
 
     # --- rooflines ----------------------------------------------------------------------------------------------------
-    def _gemm(self, flops: float, nbytes: float, precision: str, **factors: float) -> GroupCost:
+    def _gemm(self, flops: float, nbytes: float, precision: str, kernels: str = "", **factors: float) -> GroupCost:
         g = self.gpu
-        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16") * self.software.gemm_efficiency_scale
+        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16", kernels or self.fp8_kernels) * \
+            self.software.gemm_efficiency_scale
         return GroupCost(flops, nbytes, flops / rate, nbytes / (g.hbm_bandwidth * g.hbm_efficiency), factors)
 
     def _attention_core(self, flops: float, kv_bytes: float, **factors: float) -> GroupCost:
@@ -113,39 +137,64 @@ class TimingModel:
         return GroupCost(flops, kv_bytes, flops / rate, kv_bytes / (g.hbm_bandwidth * g.hbm_efficiency), factors)
 
     # --- one forward step -----------------------------------------------------------------------------------------------
-    def _groups(self, seqs: list[tuple[int, int]], head_rows: int, decode: bool) -> dict[str, GroupCost]:
-        """Compute groups of one forward pass on the busiest GPU."""
+    def _rank_groups(self, prefill: Seqs, decode: Seqs) -> dict[str, GroupCost]:
+        """The groups one attention replica (a DP rank, or the whole TP group) runs for its own sequences: the
+        attention projections, the absorbed MLA projections, the attention core and, with DeepEP's replicated shared
+        expert, the shared expert. Prefill chunks run expanded (MHA) attention, decodes absorbed MLA."""
         m, p = self.model, self.parallel
         wb = m.bytes_per_weight
         shards = p.attention_shards
-        tokens = sum(n for n, _ in seqs)
-        mine = busiest_share(seqs, p.attention_replicas)
-        t_mine = sum(n for n, _ in mine)
+        t_prefill = sum(n for n, _ in prefill)
+        t_decode = sum(n for n, _ in decode)
+        t_mine = t_prefill + t_decode
         groups: dict[str, GroupCost] = {}
 
-        # attention projections: replicated down-projection + split remainder (kv_b separately in decode)
+        # attention projections: replicated down-projection + split remainder (kv_b separately for decode tokens)
         absorbed = m.absorbed_params if decode else 0
         split = m.attention_sharded_params - absorbed
         # the replicated down-projection runs on every TP rank for all tokens, unless it is split by tokens
         # (reduce-scatter, down-projection, all-gather: Ant Group's H20 prefill)
         down_tokens = t_mine / shards if self.token_split_down_proj else t_mine
-        expand = 0.0 if decode else 2.0 * m.absorbed_params / shards * sum(c for _, c in mine)  # cached prefix K/V
+        expand = 2.0 * m.absorbed_params / shards * sum(c for _, c in prefill)  # a cached prefix's K/V, expanded
+        prefill_kv_b = 2.0 * absorbed / shards * t_prefill  # kv_b of prefill tokens when decodes share the step
+        weights = m.attention_replicated_params + split + (absorbed if prefill else 0)
         groups["attention_proj"] = self._gemm(
-            m.n_layers * (2.0 * m.attention_replicated_params * down_tokens + 2.0 * split / shards * t_mine + expand),
-            m.n_layers * (m.attention_replicated_params + split / shards) * wb, m.weight_precision)
+            m.n_layers * (2.0 * m.attention_replicated_params * down_tokens + 2.0 * split / shards * t_mine + expand
+                          + prefill_kv_b),
+            m.n_layers * (m.attention_replicated_params + (weights - m.attention_replicated_params) / shards) * wb,
+            m.weight_precision)
         if absorbed:
-            groups["mla_absorb"] = self._gemm(m.n_layers * 2.0 * absorbed / shards * t_mine,
+            groups["mla_absorb"] = self._gemm(m.n_layers * 2.0 * absorbed / shards * t_decode,
                                               m.n_layers * absorbed / shards * BYTES_PER_PARAM["bf16"], "bf16")
 
         # attention core
         pad = 1.0
-        if decode and m.attention == "mla" and mine:
-            rows = m.n_heads // shards * max(n for n, _ in mine)
+        if decode and m.attention == "mla":
+            rows = m.n_heads // shards * max(n for n, _ in decode)
             pad = math.ceil(rows / MLA_QUERY_TILE) * MLA_QUERY_TILE / rows
-        core_flops = sum(m.attention_flops(n, c, absorbed=decode) for n, c in mine) / shards * pad
+        core_flops = (sum(m.attention_flops(n, c, absorbed=False) for n, c in prefill)
+                      + sum(m.attention_flops(n, c, absorbed=True) for n, c in decode) * pad) / shards
         kv_split = 1 if m.attention == "mla" else min(shards, m.n_kv_heads)
-        kv_bytes = sum(n + c for n, c in mine) * m.kv_bytes_per_token / kv_split
+        kv_bytes = sum(n + c for n, c in prefill + decode) * m.kv_bytes_per_token / kv_split
         groups["attention_core"] = self._attention_core(core_flops, kv_bytes, head_padding=pad)
+
+        if m.n_moe_layers and m.n_shared_experts and p.ep > 1 and p.dp_attention:
+            # DeepEP deployments keep the shared expert whole on every rank
+            shared = m.n_moe_layers * m.n_shared_experts * m.expert_params
+            groups["shared_experts"] = self._gemm(2.0 * shared * t_mine, shared * wb, m.weight_precision)
+        return groups
+
+    def _groups(self, prefill: Seqs, decode: Seqs, tokens: int, head_rows: float,
+                decode_only: bool) -> dict[str, GroupCost]:
+        """Compute groups of one forward pass on the busiest GPU: ``prefill`` and ``decode`` are the busiest attention
+        replica's sequences as (new tokens, tokens already cached), ``tokens`` the step's tokens over all replicas;
+        ``decode_only``: no replica prefills in this step (the expert all-to-all runs in its low-latency mode)."""
+        m, p = self.model, self.parallel
+        wb = m.bytes_per_weight
+        t_mine = sum(n for n, _ in prefill) + sum(n for n, _ in decode)
+        groups = self._rank_groups(prefill, decode)
+        # attention's projections and core come first in the breakdown, the shared expert (if per rank) with the FFNs
+        shared_mine = groups.pop("shared_experts", None)
 
         # feed-forward: dense layers tensor-parallel over the tokens of one TP group
         t_tp = tokens * p.tp / p.gpus
@@ -154,19 +203,19 @@ class TimingModel:
                                              m.n_dense_layers * m.dense_ffn_params * wb / p.tp, m.weight_precision)
         if m.n_moe_layers:
             if m.n_shared_experts:
-                shared = m.n_moe_layers * m.n_shared_experts * m.expert_params
-                if p.ep > 1 and p.dp_attention:  # DeepEP deployments keep the shared expert whole on every rank
-                    groups["shared_experts"] = self._gemm(2.0 * shared * t_mine, shared * wb, m.weight_precision)
+                if shared_mine is not None:
+                    groups["shared_experts"] = shared_mine
                 else:
+                    shared = m.n_moe_layers * m.n_shared_experts * m.expert_params
                     groups["shared_experts"] = self._gemm(2.0 * shared * t_tp / p.tp, shared * wb / p.tp,
                                                           m.weight_precision)
             groups["routed_experts"] = self._routed(tokens)
         rows_mine = head_rows * (t_mine / tokens if tokens else 1.0)
-        head_split = shards if p.dp_attention else p.tp
+        head_split = p.attention_shards if p.dp_attention else p.tp
         groups["lm_head"] = self._gemm(2.0 * m.embedding_params * (rows_mine if p.dp_attention else head_rows)
                                        / head_split, m.embedding_params * BYTES_PER_PARAM["bf16"] / head_split, "bf16")
         groups["elementwise"] = self._elementwise(t_mine, t_tp, tokens)
-        groups["_comm"] = GroupCost(compute_s=self._communication(tokens, t_mine, decode))
+        groups["_comm"] = GroupCost(compute_s=self._communication(tokens, t_mine, decode_only))
         return groups
 
     def _elementwise(self, t_mine: float, t_tp: float, tokens: int) -> GroupCost:
@@ -213,11 +262,12 @@ class TimingModel:
             load = self._ep_load(tokens)
             return self._gemm(2.0 * m.expert_params * load.max_pairs * layers,
                               layers * load.max_distinct_experts * m.expert_params * wb, m.weight_precision,
-                              ep_imbalance=load.imbalance)
+                              self.moe_kernels, ep_imbalance=load.imbalance)
         t_tp = math.ceil(tokens * p.tp / p.gpus)
         load = expert_load(t_tp, m.n_routed_experts, m.experts_per_token, 1, m.n_expert_groups, m.topk_groups)
         return self._gemm(2.0 * m.expert_params * m.experts_per_token * t_tp * layers / p.tp,
                           layers * load.mean_distinct_experts * m.expert_params * wb / p.tp, m.weight_precision,
+                          self.moe_kernels,
                           distinct_experts=load.mean_distinct_experts)
 
     def _communication(self, tokens: int, t_mine: int, decode: bool) -> float:
@@ -236,20 +286,64 @@ class TimingModel:
             t += m.n_moe_layers * all_to_all_seconds(local * per_copy, remote * per_copy, g, decode, p.gpus_per_node)
         return t
 
-    def forward(self, seqs: list[tuple[int, int]], head_rows: int, decode: bool) -> Breakdown:
-        """One step over sequences given as (new tokens, tokens already cached)."""
-        m, p = self.model, self.parallel
+    def forward(self, seqs: Seqs, head_rows: int, decode: bool) -> Breakdown:
+        """One step over sequences given as (new tokens, tokens already cached), all prefill or all decode; with
+        data-parallel attention they are spread greedily over the replicas (:func:`busiest_share`)."""
         tokens = sum(n for n, _ in seqs)
-        if p.two_batch_overlap and tokens > 1:
-            halves = _split_in_two(seqs)
-            per_half = [self._groups(h, head_rows * sum(n for n, _ in h) // max(1, tokens), decode) for h in halves]
-            groups = per_half[0]
-            for name, g in per_half[1].items():
-                groups[name] = groups[name].plus(g) if name in groups else g
+        overlap = self.parallel.two_batch_overlap and tokens > 1
+        group_sets = []
+        for half in _split_in_two(seqs) if overlap else [seqs]:
+            mine = busiest_share(half, self.parallel.attention_replicas)
+            t = sum(n for n, _ in half)
+            rows = head_rows * t // max(1, tokens) if overlap else head_rows
+            group_sets.append(self._groups([] if decode else mine, mine if decode else [], t, rows, decode))
+        return self._finish(group_sets, tokens, prefilling=not decode)
+
+    def step_time(self, ranks: list[tuple[Seqs, list[int]]]) -> Breakdown:
+        """One step as a scheduler really composed it: per attention rank (one with tensor-parallel attention) its
+        prefill chunks as (new tokens, tokens already cached) and the contexts of its decodes (one token each). Every
+        rank runs its own attention; the experts, the dense layers and the collectives run on all ranks' tokens
+        together, so the step lasts as long as its slowest rank (a rank with nothing to do runs an idle batch)."""
+        batches = [(list(p), [(1, c) for c in d]) for p, d in ranks if p or d]
+        if not batches:
+            return Breakdown()
+        prefilling = any(p for p, _ in batches)
+        tokens = sum(n for p, d in batches for n, _ in p + d)
+        rows = sum(len(p) + len(d) for p, d in batches)  # a prompt chunk's last position and every decode
+        overlap = self.parallel.two_batch_overlap and tokens > 1
+        if overlap:
+            split = [(_split_in_two(p), _split_in_two(d)) for p, d in batches]
+            halves = [[(ps[k], ds[k]) for ps, ds in split] for k in (0, 1)]
         else:
-            groups = self._groups(seqs, head_rows, decode)
+            halves = [batches]
+        group_sets = []
+        for half in halves:
+            t = sum(n for p, d in half for n, _ in p + d)
+            mine_p, mine_d = half[0] if len(half) == 1 else max(half, key=lambda b: self.rank_seconds(*b))
+            group_sets.append(self._groups(mine_p, mine_d, t, rows * t // max(1, tokens) if overlap else rows,
+                                           not prefilling))
+        return self._finish(group_sets, tokens, prefilling)
+
+    def busiest_rank_step(self, prefill: Seqs, decode: Seqs, tokens: int, head_rows: int,
+                          prefilling: bool) -> Breakdown:
+        """:meth:`step_time` once the busiest rank is known (its prefill chunks and decodes as (new, cached)), for
+        a step of ``tokens`` tokens over all ranks (``prefilling``: some rank prefills); no two-batch overlap."""
+        return self._finish([self._groups(prefill, decode, tokens, head_rows, not prefilling)], tokens, prefilling)
+
+    def rank_seconds(self, prefill: Seqs, decode: Seqs) -> float:
+        """What one attention rank's own share of a step costs (what makes it the busiest)."""
+        return sum(g.seconds for g in self._rank_groups(prefill, decode).values())
+
+    def _finish(self, group_sets: list[dict[str, GroupCost]], tokens: int, prefilling: bool) -> Breakdown:
+        """The step's breakdown from its (one, or two overlapped) micro-batches' groups: communication exposed or
+        hidden, the SMs DeepEP holds, and the per-layer and per-step overheads."""
+        p = self.parallel
+        groups = group_sets[0]
+        for other in group_sets[1:]:
+            for name, g in other.items():
+                groups[name] = groups[name].plus(g) if name in groups else g
         comm = groups.pop("_comm").compute_s
-        if p.two_batch_overlap and not decode:  # DeepEP normal kernels hold SMs while compute overlaps them
+        if p.two_batch_overlap and prefilling:  # DeepEP normal kernels hold SMs while compute overlaps them
             share = self.gpu.sms / (self.gpu.sms - DEEPEP_NORMAL_SMS)
             for g in groups.values():
                 g.compute_s *= share
@@ -263,7 +357,7 @@ class TimingModel:
         else:
             parts["communication"] = comm
             groups["communication"] = GroupCost(compute_s=comm)
-        parts["overhead"] = m.n_layers * self.overheads.layer_overhead_s + self.overheads.step_overhead_s
+        parts["overhead"] = self.model.n_layers * self.overheads.layer_overhead_s + self.overheads.step_overhead_s
         groups["overhead"] = GroupCost(compute_s=parts["overhead"], factors={
             "per_layer_us": self.overheads.layer_overhead_s * 1e6, "per_step_us": self.overheads.step_overhead_s * 1e6})
         return Breakdown(parts, tokens=tokens, groups=groups)

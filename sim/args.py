@@ -26,6 +26,9 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                    help="cluster prefix cache in tokens (default: the prefill instances' KV capacity; 0: off)")
     g.add_argument("--kv-blocks", type=int, default=None,
                    help="decode KV budget per instance in 16-token blocks (default: the modeled KV capacity)")
+    g.add_argument("--no-frontend-overhead", action="store_true",
+                   help="requests reach the scheduler at once, without the software's fitted per-request latency "
+                        "(HTTP, tokenization, the hops to the scheduler)")
 
 
 def add_simulate_args(p: argparse.ArgumentParser) -> None:
@@ -35,6 +38,9 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     g = add_result_args(p)
     g.add_argument("--plot", default=None, metavar="PNG", help="draw utilization, queues, KV usage and transfers")
     g.add_argument("--json", action="store_true", help="print the JSON summary instead of the tables")
+    g.add_argument("--explain", action="store_true",
+                   help="where the time of a typical request went: front end, queue, prefill, waiting between tokens "
+                        "(behind prefill steps, after preemption), decode steps, KV transfer")
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
@@ -56,4 +62,4 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="re-evaluate the winner and the baseline under the timing model's known uncertainties")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--save-result", default=None, metavar="PATH")
-    p.set_defaults(num_prompts=200, max_num_seqs=256)
+    p.set_defaults(num_prompts=200)

@@ -2,24 +2,27 @@
 cache, and the client's arrivals, all on one virtual clock.
 
 A request arrives (at its offset, or when the client's concurrency cap frees a slot), the router's own policy
-(router/policy.py) picks a prefill instance, which reuses the cached prefix and computes the rest in its scheduler's
-steps; once the first token is sampled the router picks a decode instance (least KV usage, then fewest running) and
-the KV crosses the modeled link (NVLink when both instances share a node, RDMA otherwise; transfers out of one
-instance go one after another). The decode instance admits it under its KV budget (the modeled deployment's KV
-capacity), decodes until the workload's output length, preempting and recomputing when the budget runs out.
-Colocated instances take the request whole.
+(router/policy.py) picks a prefill instance, and after the serving front end's latency (HTTP, tokenization, the hops
+to the scheduler: the software's fitted per-request overhead) the instance reuses the cached prefix and computes the
+rest in its scheduler's steps (the software's scheduling profile: common/scheduling.py). Once the first token is
+sampled the router picks a decode instance (least KV usage, then fewest running) and the KV crosses the modeled link
+(NVLink when both instances share a node, RDMA otherwise; transfers out of one instance go one after another). The
+decode instance admits it under its KV budget (the modeled deployment's KV capacity), decodes until the workload's
+output length, preempting and recomputing when the budget runs out. Colocated instances take the request whole.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.kv_budget import KVBudgetExceeded
-from pdserve.engine.scheduler import Role, SchedulerConfig
+from pdserve.engine.scheduler import Role
+from pdserve.engine.scheduler_flags import SchedulerOverrides
 from pdserve.engine.stop import FinishReason
-from pdserve.perfmodel.deployment import Deployment, check_deployment, kv_capacity_tokens
+from pdserve.perfmodel.deployment import Deployment
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.sim.events import ARRIVAL, KICK, EventQueue
 from pdserve.sim.instance import Instance
@@ -36,13 +39,13 @@ class SimRequest:
 
 @dataclass
 class Pool:
-    """``count`` instances of one deployment in one role, with the scheduler limits of that role's workers."""
+    """``count`` instances of one deployment in one role; ``overrides``: the scheduler flags set over the software's
+    profile."""
 
     role: Role
     deployment: Deployment
     count: int
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
+    overrides: SchedulerOverrides = field(default_factory=SchedulerOverrides)
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -56,6 +59,7 @@ class ClusterSpec:
     block_tokens: int = 16
     prefix_cache_tokens: int | None = None  # None: the prefill instances' total KV capacity; 0: no prefix caching
     kv_blocks: int | None = None  # decode KV budget per instance in blocks; None: the modeled capacity
+    frontend: bool = True  # each request first spends the software's fitted per-request overhead in the front end
 
     @property
     def gpus(self) -> int:
@@ -91,23 +95,20 @@ class Cluster:
         for pool in spec.pools:
             if not pool.count:
                 continue
-            d = pool.deployment
-            check_deployment(d)
-            key = (d.model, d.hardware, d.gpus, d.tp, d.ep, d.dp_attention, d.software, d.kv_precision)
+            kv_blocks = spec.kv_blocks if pool.role is not Role.PREFILL else None
+            scheduling = modeled_scheduling(pool.deployment, pool.role, pool.overrides, kv_blocks, spec.block_tokens)
+            d = scheduling.deployment
+            key = (d.model, d.hardware, d.gpus, d.tp, d.ep, d.dp_attention, d.software, d.kv_precision,
+                   d.gpus_per_node, d.two_batch_overlap)
             timer = timers.setdefault(key, StepTimer(d.timing()))
-            kv_blocks = None
-            if pool.role is not Role.PREFILL:
-                kv_blocks = spec.kv_blocks or kv_capacity_tokens(d) // spec.block_tokens
-            else:
-                prefill_kv += kv_capacity_tokens(d) * pool.count
-            config = SchedulerConfig(pool.role, pool.max_num_seqs, pool.max_num_batched_tokens, kv_blocks,
-                                     spec.block_tokens)
+            if pool.role is Role.PREFILL:
+                prefill_kv += d.memory().max_kv_tokens * pool.count
             for _ in range(pool.count):
                 if gpu_offset % d.gpus_per_node + d.gpus > d.gpus_per_node and gpu_offset % d.gpus_per_node:
                     gpu_offset += d.gpus_per_node - gpu_offset % d.gpus_per_node  # a multi-node instance starts a node
                 group = self.prefills if pool.role is Role.PREFILL else self.decodes
                 name = f"{pool.role.value[0]}{len(group)}" if pool.role is not Role.BOTH else f"c{len(group)}"
-                group.append(Instance(name, pool.role, d, config, gpu_offset // d.gpus_per_node, timer))
+                group.append(Instance(name, pool.role, scheduling, gpu_offset // d.gpus_per_node, timer))
                 gpu_offset += d.gpus
         if not self.decodes:
             raise ValueError("decode: the cluster needs at least one decode or colocated instance")
@@ -167,15 +168,18 @@ class Cluster:
         if not self.prefills:  # colocated: the router picks a decode worker, which prefills itself
             inst = choose_decode(self.decodes)
             seq.decode_instance = inst.name
+        else:
+            inst = self.policy.choose(self.prefills, seq.block_keys)
+            seq.prefill_instance = inst.name
+            inst.inflight += 1
+            inst.inflight_tokens += len(seq.prompt_ids)
+            seq.cached_tokens = seq.kv.length = self.prefix.reusable_tokens(seq.block_keys, len(seq.prompt_ids),
+                                                                            self.spec.block_tokens)
+        seq.frontend_s = inst.timer.timing.overheads.request_overhead_s if self.spec.frontend else 0.0
+        if seq.frontend_s:
+            self.clock.at(now + seq.frontend_s, self._admit, inst, seq)
+        else:
             self._admit(inst, seq)
-            return
-        inst = self.policy.choose(self.prefills, seq.block_keys)
-        seq.prefill_instance = inst.name
-        inst.inflight += 1
-        inst.inflight_tokens += len(seq.prompt_ids)
-        seq.cached_tokens = seq.kv.length = self.prefix.reusable_tokens(seq.block_keys, len(seq.prompt_ids),
-                                                                        self.spec.block_tokens)
-        self._admit(inst, seq)
 
     def _admit(self, inst: Instance, seq: SimSequence) -> None:
         inst.inflight += inst.role is not Role.PREFILL  # prefill counted it at routing

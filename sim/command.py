@@ -6,10 +6,13 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 
 from pdserve.engine.scheduler import Role
+from pdserve.engine.scheduler_flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
+from pdserve.sim.explain import explain_requests, format_explain, scheduling_lines
 from pdserve.sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
 from pdserve.sim.workload import build_workload
 from pdserve.workload.report import default_result_path, result_json, save_json
@@ -18,16 +21,18 @@ from pdserve.workload.stats import parse_goodput, parse_percentiles
 
 def cluster_spec(a: argparse.Namespace) -> ClusterSpec:
     base = parse_deployment(a.deployment)
-    prefill_seqs = a.prefill_max_num_seqs or a.max_num_seqs
+    overrides = SchedulerOverrides.from_args(a)
     if a.colocated:
         pools = [Pool(Role.BOTH, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.colocated,
-                      a.max_num_seqs, a.max_num_batched_tokens)]
+                      overrides)]
     else:
+        prefill = replace(overrides, max_num_seqs=a.prefill_max_num_seqs or overrides.max_num_seqs)
         pools = [Pool(Role.PREFILL, parse_deployment(a.prefill_deployment, base, "prefill_deployment"), a.prefill,
-                      prefill_seqs, a.max_num_batched_tokens),
+                      prefill),
                  Pool(Role.DECODE, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.decode,
-                      a.max_num_seqs, a.max_num_batched_tokens)]
-    return ClusterSpec(pools, a.policy, prefix_cache_tokens=a.prefix_cache_tokens, kv_blocks=a.kv_blocks)
+                      overrides)]
+    return ClusterSpec(pools, a.policy, prefix_cache_tokens=a.prefix_cache_tokens, kv_blocks=a.kv_blocks,
+                       frontend=not a.no_frontend_overhead)
 
 
 def simulate(a: argparse.Namespace) -> tuple[SimResult, dict]:
@@ -46,8 +51,12 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in s.items() if k != "has_modeled"}, indent=2))
     else:
         print(f"cluster: {result.spec.describe()} = {result.spec.gpus} GPUs, policy {result.spec.policy}")
+        for line in scheduling_lines(result):
+            print(line)
         print(format_summary(s, percentiles))
         print(format_instances(rows))
+        if a.explain:
+            print(format_explain(explain_requests(result)))
         print(format_speed(result))
     if a.save_result is not None:
         path = a.save_result or default_result_path("simulate")

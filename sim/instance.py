@@ -1,10 +1,11 @@
 """One simulated serving instance: a modeled deployment running the real scheduler on the virtual clock.
 
-The instance is a worker loop (common/worker.py) without the I/O: while it has work it asks the scheduler for a
-step, prices it with perfmodel (prompt chunks first, then the decode batch, as the worker's two phases), lets the
+The instance is a worker loop (worker/worker.py) without the I/O: while it has work it asks the scheduler (one, or
+one per data-parallel attention rank, as its software's profile says: common/scheduling.py) for a step, prices it
+with perfmodel as the workers' clock does (the step as composed: prompt chunks and decodes of every rank), lets the
 virtual clock run for that long, applies what the runtime would have done and hands the step back to
-``Scheduler.postprocess``. It also answers the questions the router's policies ask (router/policy.py) and records
-what it did over time.
+``postprocess``. It also answers the questions the router's policies ask (router/policy.py) and records what it did
+over time and where each request's time went.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
-from pdserve.perfmodel.deployment import Deployment
+from pdserve.common.scheduling import ModeledScheduling
+from pdserve.engine.scheduler import Role, Step, StepOutput
 from pdserve.router.workers import Worker as RouterWorker
 from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
 from pdserve.sim.steptime import StepTimer
@@ -38,21 +39,22 @@ class Instance:
     remember = RouterWorker.remember  # the router's bookkeeping of recently computed prefix blocks (cache_aware)
     matched_blocks = RouterWorker.matched_blocks
 
-    def __init__(self, name: str, role: Role, deployment: Deployment, config: SchedulerConfig, node: int,
-                 timer: StepTimer) -> None:
+    def __init__(self, name: str, role: Role, scheduling: ModeledScheduling, node: int, timer: StepTimer) -> None:
         self.name = name
         self.role = Role(role)
-        self.deployment = deployment
+        self.scheduling = scheduling
+        self.deployment = scheduling.deployment
         self.node = node  # first node this instance occupies
-        self.nodes = max(1, deployment.gpus // deployment.gpus_per_node)
+        self.nodes = max(1, self.deployment.gpus // self.deployment.gpus_per_node)
         self.timer = timer
-        self.scheduler = Scheduler(config, free_kv)
+        self.scheduler = scheduling.build(free_kv)
         self.busy = False
         self.link_free_at = 0.0  # the outgoing KV link is busy until then (transfers from one instance serialize)
         self.stats = InstanceStats()
         self.inflight = 0  # requests the router sent here and that are not finished
         self.inflight_tokens = 0
         self.recent_keys: OrderedDict = OrderedDict()
+        self._seconds = 0.0  # the running step's duration
 
     @property
     def load(self) -> common_pb2.WorkerLoad:
@@ -73,25 +75,30 @@ class Instance:
         step = s.schedule()
         if not step:
             return None
-        seconds = 0.0
-        if step.prefills:
-            seconds += self.timer.prefill_seconds([(n, seq.kv.length) for seq, n in step.prefills])
-            self.stats.prefill_tokens += sum(n for _, n in step.prefills)
-        if step.decodes:
-            seconds += self.timer.decode_seconds([seq.kv.length + 1 for seq in step.decodes])
-            self.stats.decode_tokens += len(step.decodes)
+        seconds = self.timer.step_seconds(step)
+        for seq, _ in step.prefills:
+            if seq.first_step_s is None:
+                seq.first_step_s = now
+            if not seq.output_ids:  # its own prompt (a recomputation is a wait between its tokens)
+                seq.prefill_s += seconds
         st = self.stats
+        st.prefill_tokens += sum(n for _, n in step.prefills)
+        st.decode_tokens += len(step.decodes)
         st.steps += 1
         st.busy_s += seconds
         queued = len(s.waiting) - len(step.prefills)  # prompts being computed stay in ``waiting`` until done
         st.trace.append((now, seconds, queued, len(s.running), s.budget.used if s.budget else 0))
         self.busy = True
+        self._seconds = seconds
         return step, seconds
 
     def end_step(self, step: Step, now: float) -> list[tuple[SimSequence, object]]:
         """Apply the step's effects at its end and let the scheduler move sequences on."""
         output = StepOutput(run_prefill(step.prefills, now) if step.prefills else [],
                             run_decode(step.decodes, now) if step.decodes else [])
+        for seq in step.decodes:  # the step that made the token was decoding, the rest of the gap was waiting
+            seq.decode_s += self._seconds
+            seq.stall_s -= self._seconds
         self.busy = False
         return self.scheduler.postprocess(step, output)
 

@@ -9,6 +9,7 @@ import re
 import sys
 import time
 
+from pdserve.engine.scheduler_flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from pdserve.sim.workload import build_workload
@@ -113,7 +114,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         raise ValueError(f"probes: must be at least 2, got {a.probes}")
     started = time.perf_counter()
     requests, _ = build_workload(a)
-    planner = Planner(requests, slo, a.max_num_seqs, a.max_num_batched_tokens, a.probes, a.burstiness, a.seed)
+    planner = Planner(requests, slo, SchedulerOverrides.from_args(a), a.probes, a.burstiness, a.seed)
     hardware = [h.strip() for h in a.hardware.split(",") if h.strip()]
     try:
         tp_sizes = tuple(int(x) for x in a.tp_sizes.split(",") if x.strip())
@@ -122,7 +123,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     if not tp_sizes or a.instance_sizes < 1:
         raise ValueError("tp_sizes / instance_sizes: need at least one TP degree and one instance size")
     pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True),
-                      tp_sizes=tp_sizes, sizes=a.instance_sizes)
+                      tp_sizes=tp_sizes, sizes=a.instance_sizes, overrides=planner.overrides)
     if not pool:
         raise ValueError(f"hardware: none of {', '.join(hardware)} holds the model within {a.max_nodes} nodes")
     baseline = Candidate(BASELINE, 0, 1)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.scheduler import Role
+from pdserve.engine.scheduler_flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
@@ -56,12 +58,12 @@ class Candidate:
         mode = f"{self.n_decode} colocated" if self.colocated else f"{self.n_prefill}P{self.n_decode}D"
         return f"{mode} of {shape}"
 
-    def spec(self, max_num_seqs: int, max_num_batched_tokens: int) -> ClusterSpec:
+    def spec(self, overrides: SchedulerOverrides) -> ClusterSpec:
         if self.colocated:
-            pools = [Pool(Role.BOTH, self.deployment, self.n_decode, max_num_seqs, max_num_batched_tokens)]
+            pools = [Pool(Role.BOTH, self.deployment, self.n_decode, overrides)]
         else:
-            pools = [Pool(Role.PREFILL, self.deployment, self.n_prefill, max_num_seqs, max_num_batched_tokens),
-                     Pool(Role.DECODE, self.deployment, self.n_decode, max_num_seqs, max_num_batched_tokens)]
+            pools = [Pool(Role.PREFILL, self.deployment, self.n_prefill, overrides),
+                     Pool(Role.DECODE, self.deployment, self.n_decode, overrides)]
         return ClusterSpec(pools)
 
 
@@ -108,10 +110,11 @@ class Outcome:
 
 def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", gpus_per_node: int = 8,
                dp_attention: tuple[bool, ...] = (False, True), tp_sizes: tuple[int, ...] = (8,),
-               sizes: int = 2) -> list[Candidate]:
+               sizes: int = 2, overrides: SchedulerOverrides | None = None) -> list[Candidate]:
     """Per GPU type, DP-attention setting and attention TP degree: instances of the ``sizes`` smallest whole-node
     sizes that hold the model (experts spread over all the instance's GPUs: EP8 on one node, EP16 on two), each
-    colocated and in every x prefill + y decode layout within ``max_nodes``."""
+    colocated and in every x prefill + y decode layout within ``max_nodes``. "Hold" as the scheduler will run it: with
+    the software's memory fraction for that layout (SGLang reserves more with DP attention) or the user's."""
     out = []
     for hw, dp, tp in itertools.product(hardware, dp_attention, tp_sizes):
         found = 0
@@ -122,6 +125,7 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
                            dp_attention=dp, gpus_per_node=gpus_per_node)
             try:
                 check_deployment(d)
+                modeled_scheduling(d, Role.DECODE, overrides)
             except ValueError:
                 continue
             found += 1
@@ -134,10 +138,13 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
     return out
 
 
-def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO, max_num_seqs: int) -> float:
+def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO,
+                      overrides: SchedulerOverrides) -> float:
     """Roofline requests per second of a candidate: prefill instances x 1 / (prefill of a mean prompt), decode
     instances x the largest batch within the TPOT SLO / (its step x mean output); colocated shares the time."""
     t = c.deployment.timing()
+    scheduling = modeled_scheduling(c.deployment, Role.DECODE, overrides)
+    max_num_seqs = scheduling.config.max_num_seqs * scheduling.ranks
     prefill_rate = 1.0 / t.prefill_time([max(1, int(mean_in))]).seconds
     ctx = int(mean_in + mean_out / 2)
     batch = 1
@@ -154,15 +161,14 @@ MAX_PROBE_REQUESTS = 20_000
 
 
 class Planner:
-    def __init__(self, requests: list[SimRequest], slo: SLO, max_num_seqs: int = 256,
-                 max_num_batched_tokens: int = 2048, probes: int = 6, burstiness: float = 1.0, seed: int = 0) -> None:
+    def __init__(self, requests: list[SimRequest], slo: SLO, overrides: SchedulerOverrides | None = None,
+                 probes: int = 6, burstiness: float = 1.0, seed: int = 0) -> None:
         """A probe at rate r sends the workload's requests (cycled when more are needed) at Poisson (gamma) times:
         at least the workload, and at least STEADY_E2E mean request lifetimes' worth of arrivals, because a short
         burst fits in one decode batch and would pass SLOs no steady stream at that rate could."""
         self.requests = requests
         self.slo = slo
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.overrides = overrides or SchedulerOverrides()
         self.probes = probes
         self.burstiness = burstiness
         self.seed = seed
@@ -175,7 +181,7 @@ class Planner:
         n = min(MAX_PROBE_REQUESTS, max(len(self.requests), int(rate * STEADY_E2E * self.lifetime_s)))
         requests = [self.requests[i % len(self.requests)] for i in range(n)]
         offsets = [t / rate for t in unit_rate_offsets(n, self.burstiness, self.seed)]
-        result = Cluster(c.spec(self.max_num_seqs, self.max_num_batched_tokens)).run(requests, offsets)
+        result = Cluster(c.spec(self.overrides)).run(requests, offsets)
         self.simulations += 1
         s = summary(result, None, slo={"ttft": self.slo.ttft_p90_s, "tpot": self.slo.tpot_p90_s}, rate=rate)
         s["instances"] = instance_rows(result)
@@ -185,7 +191,7 @@ class Planner:
         """Bracket the highest passing rate (from 1.5 x the roofline estimate, doubling while it still passes, at
         most twice), then bisect it with the probes left."""
         out = Outcome(c)
-        lo, hi = 0.0, 1.5 * capacity_estimate(c, self.mean_in, self.mean_out, self.slo, self.max_num_seqs)
+        lo, hi = 0.0, 1.5 * capacity_estimate(c, self.mean_in, self.mean_out, self.slo, self.overrides)
         for _ in range(3):
             out.probes.append(self.probe(c, hi))
             if not out.probes[-1].met:

@@ -40,7 +40,8 @@ class SimSequence:
 
     __slots__ = ("index", "request_id", "prompt_ids", "output_ids", "params", "stop", "kv", "finish_reason",
                  "block_keys", "scheduled_s", "start_s", "first_token_s", "last_token_s", "finish_s", "itl_s",
-                 "cached_tokens", "transfer_s", "preemptions", "prefill_instance", "decode_instance")
+                 "cached_tokens", "transfer_s", "preemptions", "prefill_instance", "decode_instance", "frontend_s",
+                 "first_step_s", "prefill_s", "decode_s", "stall_s")
 
     def __init__(self, index: int, prompt_ids: list[int], output_len: int, context_length: int,
                  block_keys: list[int], scheduled_s: float) -> None:
@@ -64,6 +65,14 @@ class SimSequence:
         self.preemptions = 0
         self.prefill_instance = ""
         self.decode_instance = ""
+        # where its time went (what ``pdserve simulate --explain`` sums): the front end's latency before the scheduler
+        # saw it, the steps that computed its prompt, the steps that decoded its tokens, and the waits between its
+        # tokens (steps that ran other prompts, preemption and recomputation, the KV transfer's queue)
+        self.frontend_s = 0.0
+        self.first_step_s: float | None = None  # start of the first step that included it
+        self.prefill_s = 0.0
+        self.decode_s = 0.0
+        self.stall_s = 0.0
 
     @property
     def finished(self) -> bool:
@@ -84,6 +93,7 @@ class SimSequence:
             self.first_token_s = now
         else:
             self.itl_s.append(now - self.last_token_s)
+            self.stall_s += self.itl_s[-1]  # the decode step's own share is taken back by the instance
         self.last_token_s = now
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish_reason = FinishReason.LENGTH

@@ -12,6 +12,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from pdserve.engine.scheduler import Step
 from pdserve.engine.stop import StepResult
 from pdserve.perfmodel.timing import TimingModel
 from pdserve.worker.metrics import LAG_SECONDS, LAGGED_STEPS, STEP_MODELED, STEP_TOKENS, STEP_WALL
@@ -55,18 +56,18 @@ class StepClock:
         STEP_TOKENS.labels(phase).observe(tokens)
         return StepTiming(wall, modeled_s)
 
-    def prefill_seconds(self, chunks: list[tuple[int, int]]) -> float:
-        """Modeled prefill step for (new tokens, cached tokens) per sequence."""
-        return self.timing.prefill_time([n for n, _ in chunks], [c for _, c in chunks]).seconds
-
-    def decode_seconds(self, context_lens: list[int]) -> float:
-        return self.timing.decode_step_time(context_lens).seconds
+    def step_seconds(self, step: Step) -> float:
+        """Modeled duration of a step as the scheduler composed it: every attention rank's prompt chunks and decodes in
+        one forward (the simulator prices it alike: sim/steptime.py)."""
+        return self.timing.step_time(step.rank_batches()).seconds
 
     def check_seconds(self, results: list[StepResult]) -> float:
         """The completeness checks a decode step ran (engine/completion.py): one more forward, priced as a prefill of
         each check's tokens after its sequence's cached context."""
         checks = [r.check for r in results if r.check is not None]
-        return self.prefill_seconds([(c.tokens, c.context) for c in checks]) if checks else 0.0
+        if not checks:
+            return 0.0
+        return self.timing.prefill_time([c.tokens for c in checks], [c.context for c in checks]).seconds
 
     async def pace_transfer(self, tokens: int, link: str, wall_s: float) -> float:
         """Modeled KV hand-off of ``tokens`` tokens; when pacing, the hand-off lasts at least its budget."""

@@ -11,15 +11,19 @@ import grpc
 
 from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
 from pdserve.common.metrics import set_process_info
+from pdserve.common.scheduling import ModeledScheduling, modeled_scheduling
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
 from pdserve.engine.runtime import Runtime, default_served_name
-from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
-from pdserve.engine.scheduler_flags import add_scheduler_args
+from pdserve.engine.scheduler import Role
+from pdserve.engine.scheduler_flags import SchedulerOverrides, add_scheduler_args
+from pdserve.engine.synthetic import SYNTHETIC_NAME
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.perfmodel.deployment import add_deployment_flag, check_deployment, deployment_from_args
 from pdserve.worker.clock import KV_LINKS, PACE_MODES, StepClock
 from pdserve.worker.worker import DEFAULT_STEP_NICE, Worker
+
+MAX_SLAB_SEQS = 256  # the decode slab's slots; a larger modeled batch keeps the rest in private KV arrays
 
 
 def add_clock_flags(parser) -> None:
@@ -57,22 +61,34 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
     return parser
 
 
-def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: int | None = None) -> Worker:
-    """Load the model and put the scheduler, the clock and the loop together. A modeled deployment that cannot
-    run stops the process with a message naming the field."""
+def worker_scheduling(args, role: Role, kv_blocks: int | None = None,
+                      kv_budget: bool | None = None) -> ModeledScheduling:
+    """The scheduler a worker runs: its modeled deployment's software profile (one scheduler per attention rank under
+    DP attention), the scheduler flags over it. A worker computing with the real model on this machine keeps
+    CPU-sized limits (64 sequences, 2,048 tokens a step) unless the flags say otherwise; the synthetic backend, which
+    emulates the modeled cluster, takes the modeled engine's. ``kv_blocks`` None: the modeled KV capacity."""
+    return modeled_scheduling(deployment_from_args(args), role, SchedulerOverrides.from_args(args), kv_blocks,
+                              args.block_tokens, local=str(args.model) != SYNTHETIC_NAME, kv_budget=kv_budget)
+
+
+def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: int | None = None,
+                 kv_budget: bool | None = None) -> Worker:
+    """Load the model and put the scheduler, the clock and the loop together. A modeled deployment (or a scheduler
+    flag) that cannot run stops the process with a message naming the field."""
     setup_logging(args.log_level)
     configure_from_args(args)
     try:
         clock = clock_from_args(args)
+        scheduling = worker_scheduling(args, role, kv_blocks, kv_budget)
     except ValueError as exc:
         raise SystemExit(f"modeled deployment: {exc}") from None
-    extra = {"slab_seqs": args.max_num_seqs} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
+    seqs = scheduling.config.max_num_seqs * scheduling.ranks
+    extra = {"slab_seqs": min(seqs, MAX_SLAB_SEQS)} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
     try:
         runtime = Runtime.load(args.model, args.block_tokens, kv_dtype=args.kv_dtype, **extra)
     except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
         raise SystemExit(f"--kv-dtype: {exc}") from None
-    config = SchedulerConfig(role, args.max_num_seqs, args.max_num_batched_tokens, kv_blocks, args.block_tokens)
-    return Worker(runtime, Scheduler(config, runtime.free), clock, args.max_queue, default_served_name(args.model),
+    return Worker(runtime, scheduling.build(runtime.free), clock, args.max_queue, default_served_name(args.model),
                   args.model_step_nice)
 
 

@@ -166,13 +166,22 @@ class Worker:
     async def _run_step(self, step: Step) -> None:
         started = time.perf_counter()  # the paced budget covers the whole iteration, scheduling included
         self._note_scheduled(step, started)
+        # priced as composed, before running changes the KV lengths (off the event loop: a new shape prices for ms)
+        modeled = await asyncio.get_running_loop().run_in_executor(self._executor, self.clock.step_seconds, step)
+        fresh = [not seq.output_ids for seq, _ in step.prefills]  # a recomputed sequence already has output
         output = StepOutput()
         self._stepping = True
         try:
             if step.prefills:
-                output.prefills, started = await self._prefill_phase(step, started)
+                output.prefills = await self._prefill_phase(step)
             if step.decodes:
-                output.decodes = await self._decode_phase(step, started)
+                output.decodes = await self._decode_phase(step)
+                modeled += self.clock.check_seconds(output.decodes)  # known once decoded: a check is one more forward
+            if step:
+                phase = "mixed" if step.prefills and step.decodes else "prefill" if step.prefills else "decode"
+                timing = await self.clock.finish_step(phase, started, modeled,
+                                                      sum(n for _, n in step.prefills) + len(step.decodes))
+                self._account(step, fresh, modeled, timing.wall_s)
         finally:
             self._stepping = False
         for seq, result in self.scheduler.postprocess(step, output):
@@ -185,54 +194,43 @@ class Worker:
             self.scheduler.abort(seq)
         self._cancel_after_step.clear()
 
-    async def _prefill_phase(self, step: Step, started: float) -> tuple[list[StepResult | None], float]:
+    async def _prefill_phase(self, step: Step) -> list[StepResult | None]:
         chunks = step.prefills
-        fresh = [not seq.output_ids for seq, _ in chunks]  # before running: a recomputed sequence has output
-        work = [(n, seq.kv.length) for seq, n in chunks]
-        done = await self._execute(lambda: (self.clock.prefill_seconds(work), self.runtime.prefill(chunks)),
-                                   [seq for seq, _ in chunks])
-        if done is None:
+        results = await self._execute(lambda: self.runtime.prefill(chunks), [seq for seq, _ in chunks])
+        if results is None:
             step.prefills = []
-            return [], time.perf_counter()
-        modeled, results = done
+            return []
         for seq, _ in chunks:  # before any pacing sleep: the KV of these chunks can move now
             job = self._jobs.get(id(seq))
             if job is not None and job.on_prefill_chunk is not None:
                 job.on_prefill_chunk()
-        timing = await self.clock.finish_step("prefill", started, modeled, sum(n for _, n in chunks))
-        for (seq, _), is_fresh in zip(chunks, fresh):
+        return results
+
+    async def _decode_phase(self, step: Step) -> list[StepResult]:
+        results = await self._execute(lambda: self.runtime.decode_step(step.decodes), step.decodes)
+        if results is None:
+            step.decodes = []
+            return []
+        return results
+
+    def _account(self, step: Step, fresh: list[bool], modeled: float, wall: float) -> None:
+        """Each request's share of the step in both clocks: its own prompt's steps are prefill, the rest decode."""
+        for (seq, _), is_fresh in zip(step.prefills, fresh):
             job = self._jobs.get(id(seq))
             if job is None:
                 continue
-            job.compute_wall_s += timing.wall_s
+            job.compute_wall_s += wall
             if is_fresh:
                 job.prefill_modeled_s += modeled
             else:  # recomputation delays this sequence's next token: decode time
                 job.decode_modeled_s += modeled
-        return results, time.perf_counter()
-
-    async def _decode_phase(self, step: Step, started: float) -> list[StepResult]:
-        seqs = step.decodes
-        contexts = [seq.kv.length + 1 for seq in seqs]
-
-        def work() -> tuple[float, list[StepResult]]:
-            results = self.runtime.decode_step(seqs)
-            return self.clock.decode_seconds(contexts) + self.clock.check_seconds(results), results
-
-        done = await self._execute(work, seqs)
-        if done is None:
-            step.decodes = []
-            return []
-        modeled, results = done
-        await self.clock.finish_step("decode", started, modeled, len(seqs))
-        for seq in seqs:
+        for seq in step.decodes:
             job = self._jobs.get(id(seq))
             if job is not None:
                 job.decode_modeled_s += modeled
-        return results
 
-    async def _execute(self, work: Callable[[], tuple], seqs: list[Sequence]) -> tuple | None:
-        """Run one phase (its modeled duration and its numpy work) off the event loop.
+    async def _execute(self, work: Callable[[], list], seqs: list[Sequence]) -> list | None:
+        """Run one phase's numpy work off the event loop.
 
         A failure ends these requests with an error, not the worker; the result is then None.
         """

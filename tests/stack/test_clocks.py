@@ -97,6 +97,8 @@ def test_a_worker_refuses_a_modeled_deployment_that_cannot_run():
 def test_decode_takes_its_kv_budget_from_the_modeled_deployment():
     import grpc
 
+    from pdserve.common.scheduling import modeled_scheduling
+    from pdserve.engine.scheduler import Role
     from pdserve.perfmodel.deployment import Deployment, kv_capacity_tokens
     from pdserve.v1 import common_pb2, decode_pb2_grpc
 
@@ -104,7 +106,8 @@ def test_decode_takes_its_kv_budget_from_the_modeled_deployment():
     try:
         with grpc.insecure_channel(stack.decodes[0].target) as ch:
             load = decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
-        assert load.kv_blocks_total == kv_capacity_tokens(Deployment()) // 16
+        modeled = modeled_scheduling(Deployment(), Role.DECODE).deployment  # with its software's memory fraction
+        assert load.kv_blocks_total == kv_capacity_tokens(modeled) // 16
         with PdserveClient(stack.router_target) as c:
             assert c.complete("Hello", max_tokens=3, temperature=0, ignore_eos=True).usage.completion_tokens == 3
     finally:

@@ -1,19 +1,23 @@
 """The simulator agrees with the paced emulator (synthetic backend, --pace realtime) on one seeded workload: 1
-prefill + 1 decode of DeepSeek-R1 on 8 x H20-141G each, 16 requests of 200-800 prompt tokens and 16-32 output
-tokens, two in flight. The emulator's modeled clock is exact per step; its small excess over the simulator comes from
-how it counts a wait that began mid-step (a whole step), so the tolerance is the issue's 5%."""
+prefill + 1 decode of DeepSeek-R1 on 8 x H20-141G each (SGLang's scheduling profile), 10 requests of 200-800 prompt
+tokens and 16-32 output tokens, one in flight.
+
+Compared in the modeled clock with one request in flight, nothing the emulator computes depends on wall time, so the
+figures agree to rounding however loaded the machine is (the old version, two in flight, measured 6.6% on a busy
+two-core machine against a 5% limit: which requests shared a step followed wall-clock arrival). Batching is checked
+without wall time in tests/unit/test_sim_worker_agreement.py. The emulator's own wall lag is measured, not asserted:
+its pacing lag counters are read back."""
 
 from __future__ import annotations
 
-import math
-
-from pdserve.bench.agreement import compare, emulated, simulated, workload
+from pdserve.bench.agreement import compare, modeled_clock_run
 
 
-def test_simulator_agrees_with_the_paced_emulator():
-    requests = workload(16, (200, 800), (16, 32), seed=7)
-    sim = simulated(requests, math.inf, 2, seed=7)
-    emu = emulated(requests, math.inf, 2, seed=7, time_scale=2.0)
-    assert emu["failed"] == 0 and emu["completed"] == 16 and sim["completed"] == 16
+def test_simulator_agrees_with_the_paced_emulator_in_the_modeled_clock():
+    sim, emu = modeled_clock_run()
+    assert emu["failed"] == 0 and emu["completed"] == 10 and sim["completed"] == 10
     for label, s, e, diff in compare(sim, emu):
-        assert abs(diff) < 0.05, f"{label}: simulated {s:.3f}, emulated {e:.3f} ({100 * diff:+.1f}%)"
+        assert abs(diff) < 0.002, f"{label}: simulated {s:.4f}, emulated {e:.4f} ({100 * diff:+.2f}%)"
+    lag = emu["lag"]
+    assert lag["prefill0_steps"] >= 10 and lag["decode0_steps"] >= 10 * 15  # every step was paced and counted
+    assert {"prefill0_lag_s", "decode0_lag_s", "decode0_lagged_steps"} <= set(lag)

@@ -10,6 +10,7 @@ import pytest
 
 from pdserve.cli.main import main as cli_main
 from pdserve.engine.scheduler import Role, Scheduler
+from pdserve.engine.scheduler_flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment, parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
@@ -38,7 +39,9 @@ def test_lone_request_times_are_the_modeled_steps():
         [SimRequest(list(range(100, 100 + prompt)), out)], [0.0])
     seq = result.sequences[0]
     assert seq.prefill_instance == "p0" and seq.decode_instance == "d0"
-    assert seq.first_token_s == pytest.approx(t.prefill_time([prompt], [0]).seconds)
+    # the front end's fitted latency, then the prompt's one step (SGLang's 8,192-token chunk holds it whole)
+    assert seq.frontend_s == t.overheads.request_overhead_s > 0
+    assert seq.first_token_s == pytest.approx(seq.frontend_s + t.prefill_time([prompt], [0]).seconds)
     transfer = t.kv_transfer_time(prompt, "rdma")  # one 8-GPU instance per node: prefill and decode on two nodes
     assert seq.transfer_s == pytest.approx(transfer)
     steps = [t.decode_step_time([prompt + i + 1]).seconds for i in range(out - 1)]
@@ -57,7 +60,8 @@ def test_smaller_instances_share_a_node_and_use_nvlink():
 
 
 def test_the_real_scheduler_chunks_prompts_and_preempts():
-    cluster = Cluster(ClusterSpec([Pool(Role.PREFILL, D, 1, max_num_batched_tokens=2048), Pool(Role.DECODE, D, 1)],
+    cluster = Cluster(ClusterSpec([Pool(Role.PREFILL, D, 1, SchedulerOverrides(max_num_batched_tokens=2048)),
+                                   Pool(Role.DECODE, D, 1)],
                                   kv_blocks=320))  # 5,120 tokens of decode KV: four of these cannot all fit
     assert all(type(i.scheduler) is Scheduler for i in cluster.instances)
     requests = [SimRequest(list(range(100 + i, 1100 + i)), 300) for i in range(4)]
@@ -80,8 +84,8 @@ def test_prefix_cache_reuses_shared_prompt_blocks():
     shared = list(range(100, 1100))
     requests = [SimRequest(shared + [2000 + i] * 50, 4) for i in range(10)]
     offsets = [i * 1.0 for i in range(10)]
-    cached = summary(Cluster(pd_spec()).run(requests, offsets))
-    cold = summary(Cluster(pd_spec(prefix_cache_tokens=0)).run(requests, offsets))
+    cached = summary(Cluster(pd_spec(frontend=False)).run(requests, offsets))
+    cold = summary(Cluster(pd_spec(prefix_cache_tokens=0, frontend=False)).run(requests, offsets))
     assert cached["cached_prompt_tokens"] == 9 * 992  # the 62 full 16-token blocks inside the shared 1,000 tokens
     assert cold["cached_prompt_tokens"] == 0
     assert cached["mean_ttft_ms"] < 0.6 * cold["mean_ttft_ms"]

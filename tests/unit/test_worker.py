@@ -105,6 +105,6 @@ def test_decode_steps_pay_for_completeness_checks_in_the_modeled_clock(tiny_judg
     _, checked, results = asyncio.run(asyncio.wait_for(decode(replace(params, stop_when_complete=0.51)), 60))
     checks = [r.check for r in results if r.check is not None]
     assert checks and checked.seq.output_ids == plain.seq.output_ids
-    extra = sum(clock.prefill_seconds([(c.tokens, c.context)]) for c in checks)
+    extra = sum(clock.timing.prefill_time([c.tokens], [c.context]).seconds for c in checks)
     assert checked.decode_modeled_s - plain.decode_modeled_s == pytest.approx(extra, rel=1e-9)
     assert checked.prefill_modeled_s == plain.prefill_modeled_s

@@ -1,0 +1,288 @@
+"""The simulator against public serving runs (sim/data/serving_runs.csv): each run replayed, each figure predicted.
+
+Every row of the table is a published serving benchmark of DeepSeek-R1/V3 (source URL, date, software and version,
+launch flags, workload, the measured result block). Rows are split into ``calibration`` (the runs the issue quoted
+and the runs perfmodel's overheads are fitted on) and ``held-out`` (everything else), fixed before any fitting. A row
+the simulator can replay names its deployment (``--deployment`` keys), the scheduler flags its launch set, and its
+workload (random lengths, number of prompts, request rate or concurrency); the others say why not.
+
+Goals on held-out rows: duration and throughput within +-15%, mean TTFT and mean TPOT within +-25%. A row outside
+them is named in KNOWN_MISSES with the mechanism the model lacks; the test checks the set is exact.
+
+``python -m pdserve.sim.validate`` prints both tables (``--rows ID,..`` for some, ``--json`` for all figures,
+``--markdown`` as the docs show them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pdserve.engine.scheduler import Role
+from pdserve.engine.scheduler_flags import SchedulerOverrides
+from pdserve.perfmodel.deployment import parse_deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
+from pdserve.sim.report import summary
+from pdserve.workload.arrivals import arrival_stream
+from pdserve.workload.datasets import parse_range, random_requests
+
+DATA = Path(__file__).resolve().parent / "data" / "serving_runs.csv"
+SEED = 42
+# (figure, CSV column, summary key, unit scale, goal): the goal applies to held-out rows; None: reported only
+FIGURES = (
+    ("duration", "duration_s", "duration", 1.0, 0.15),
+    ("req/s", "request_throughput", "request_throughput", 1.0, 0.15),
+    ("out tok/s", "output_tok_s", "output_throughput", 1.0, 0.15),
+    ("total tok/s", "total_tok_s", "total_token_throughput", 1.0, 0.15),
+    ("mean TTFT", "mean_ttft_ms", "mean_ttft_ms", 1.0, 0.25),
+    ("median TTFT", "median_ttft_ms", "median_ttft_ms", 1.0, None),
+    ("mean TPOT", "mean_tpot_ms", "mean_tpot_ms", 1.0, 0.25),
+    ("median TPOT", "median_tpot_ms", "median_tpot_ms", 1.0, None),
+    ("mean ITL", "mean_itl_ms", "mean_itl_ms", 1.0, None),
+    ("median ITL", "median_itl_ms", "median_itl_ms", 1.0, None),
+)
+PER_GPU = {"output_tok_s": "per_gpu_output_tok_s", "total_tok_s": "per_gpu_total_tok_s"}
+_EARLY_SGLANG = ("SGLang v0.4.3 (February 2025) had neither FlashMLA nor DeepGEMM: MLA decode ran on its Triton kernel "
+                 "and this was its first DP-attention implementation; the model prices the attention of the FlashMLA/FA3 "
+                 "generation, so it runs these 2.5-3.5x too fast (a lone request's TPOT: 43.6 ms measured at "
+                 "concurrency 4, 13 ms modeled)")
+_VLLM_V0 = ("vLLM 0.7's V0 engine: with MLA it turns chunked prefill off and runs whole prompts through its early MLA "
+            "prefill path (TTFT at concurrency 4: 976 ms measured, 624 ms modeled), and its synchronous per-step "
+            "scheduling and output handling add 26-48% to every TPOT here (25.7 ms against 19.0 at concurrency 4)")
+_FRONT_END = ("1,000 requests of 128 tokens, all at once: each passes the server's single front-end process (HTTP, chat "
+              "template, tokenization, detokenization, streaming), which then caps the run at {rate} requests/s; the "
+              "model counts the front end as a per-request latency, not as a queue")
+_SGLANG_FRONT_END = ("SGLang's latency to a first token at low concurrency differs by release on the same recipe (1k "
+                     "prompts at concurrency 8: 331 ms on v0.5.7, 165 ms on v0.5.12); the model has one fitted "
+                     "per-request overhead for SGLang (139 ms), {side}")
+# Held-out rows with a goal figure outside its goal, each with the mechanism the model lacks. They stay in the table
+# and in every summary; tests/stack/test_serving_validation.py checks that this is exactly the set of misses.
+KNOWN_MISSES: dict[str, str] = {
+    **{f"dstack-sgl-dpa-3200x{n}": _EARLY_SGLANG for n in (
+        "800-c128", "800-c64", "800-c32", "800-c16", "800-c8", "800-c4", "1600-c128", "3200-c128", "6400-c128")},
+    **{f"dstack-vllm-tp8-3200x{n}": _VLLM_V0 for n in (
+        "800-c128", "800-c64", "800-c32", "800-c16", "800-c8", "800-c4", "1600-c128", "3200-c128", "6400-c128")},
+    "sgl3602-h200-ep8-r40": _EARLY_SGLANG.split(";")[0] + "; this run predates v0.4.3.post2 (SGLang main, Feb 2025)",
+    "sgl3602-h200-tp8-r40": _EARLY_SGLANG.split(";")[0] + "; this run predates v0.4.3.post2 (SGLang main, Feb 2025)",
+    "gps-vllm-tp8-128x4": _FRONT_END.format(rate=45),
+    "gps-sgl-dpa-128x4": _FRONT_END.format(rate=156),
+    "ix870-sgl-tp8-1k1k-c4": ("the source flags this point itself: TPOT 22.7 ms at concurrency 4 against 12.8 ms at "
+                              "concurrency 8 in the same sweep (another runner); InferenceX's published v0.5.12 point "
+                              "is 9.7 ms, within 10% of the model"),
+    **{f"ix870-sgl-tp8-1k1k-c{c}": _SGLANG_FRONT_END.format(side="low for v0.5.7") for c in (8, 16, 32)},
+    **{f"ix-pub-sgl0512-tp8-{n}": _SGLANG_FRONT_END.format(side="high for v0.5.12") for n in (
+        "1k1k-c4", "1k1k-c8", "1k1k-c16", "8k1k-c4", "8k1k-c8")},
+    "ix-pub-sgl0512-tp8-8k1k-c64": ("64 clients with 8k-token prompts keep the prefill queue full: TTFT is prefill "
+                                    "throughput, which the model puts 7-14% above SGLang's on TP8 (the calibration "
+                                    "rows), compounded by queueing"),
+    **{f"gps-vllm-tp8-{n}": ("prefill-heavy throughput 18-19% above vLLM's: in v0.11 its TP8 MoE ran DeepGEMM's grouped "
+                             "GEMM by default, which vLLM pull request 29346 later measured slower than Triton at TP8 "
+                             "and turned off; the model prices TP8 MoE at Triton's rate (SGLang v0.5.3 on the same "
+                             "workloads, the calibration rows: 12-14%)") for n in ("4k200", "2k100")},
+}
+
+
+@dataclass
+class Figure:
+    name: str
+    measured: float
+    predicted: float
+    goal: float | None
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+    @property
+    def missed(self) -> bool:
+        return self.goal is not None and abs(self.error) > self.goal
+
+
+@dataclass
+class Replay:
+    row_id: str
+    split: str
+    figures: list[Figure] = field(default_factory=list)
+    note: str = ""  # why it is not modeled
+    setup: str = ""
+
+    @property
+    def missed(self) -> list[Figure]:
+        return [f for f in self.figures if f.missed]
+
+
+def rows(path: Path = DATA) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _number(text: str) -> float | None:
+    m = re.match(r"\s*([0-9][0-9,]*\.?[0-9]*)", text or "")
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+def measured(row: dict, column: str) -> float | None:
+    """A figure as published; node totals from per-GPU figures (InferenceX publishes per GPU)."""
+    value = _number(row.get(column, ""))
+    if value is None and column in PER_GPU:
+        m = re.search(rf"{PER_GPU[column]}=([0-9.]+)", row.get("notes", ""))
+        gpus = _number(row["gpus"])
+        value = float(m.group(1)) * gpus if m and gpus else None
+    return value
+
+
+def workload(spec: str) -> tuple[list[SimRequest], list[float], int | None, float]:
+    """``input=819:1024,output=819:1024,prompts=40,concurrency=4`` (or ``rate=inf|R``): requests, arrival offsets,
+    the concurrency cap and the rate. Random token ids, lengths uniform in each range, a fixed seed."""
+    kv = dict(item.split("=", 1) for item in spec.split(","))
+    n = int(kv["prompts"])
+    bench = random_requests(n, 49152, parse_range(kv["input"], "input"), parse_range(kv["output"], "output"),
+                            seed=SEED)
+    rate = float(kv.get("rate", "inf"))
+    offsets = [0.0] * n if math.isinf(rate) else list(itertools.islice(arrival_stream(rate, 1.0, SEED), n))
+    concurrency = int(kv["concurrency"]) if "concurrency" in kv else None
+    return [SimRequest(r.token_ids, r.output_len) for r in bench], offsets, concurrency, rate
+
+
+def replay(row: dict) -> Replay:
+    out = Replay(row["id"], row["split"], note=row["not_modeled"])
+    if out.note:
+        return out
+    deployment = parse_deployment(row["deployment"])
+    overrides = SchedulerOverrides.parse(row["scheduler"])
+    requests, offsets, concurrency, rate = workload(row["workload"])
+    cluster = Cluster(ClusterSpec([Pool(Role.BOTH, deployment, 1, overrides)]))
+    result = cluster.run(requests, offsets, concurrency)
+    s = summary(result, concurrency, rate=rate)
+    out.setup = cluster.decodes[0].scheduling.describe()
+    for name, column, key, scale, goal in FIGURES:
+        value = measured(row, column)
+        if value is not None and s.get(key) is not None:
+            out.figures.append(Figure(name, value, s[key] * scale, goal))
+    return out
+
+
+def validate(path: Path = DATA, only: set[str] | None = None) -> list[Replay]:
+    return [replay(r) for r in rows(path) if not only or r["id"] in only]
+
+
+def _cell(f: Figure | None) -> str:
+    return f"{f.measured:>9.4g} {f.error * 100:>+6.0f}%{'!' if f.missed else ' '}" if f else f"{'-':>18}"
+
+
+def format_table(replays: list[Replay]) -> str:
+    shown = ("duration", "out tok/s", "mean TTFT", "mean TPOT", "median TTFT", "median TPOT", "median ITL")
+    lines = []
+    for split in ("calibration", "held-out"):
+        part = [r for r in replays if r.split == split]
+        if not part:
+            continue
+        head = " ".join(f"{n:>18}" for n in shown)
+        lines += [f"{split} rows: measured, and the simulator's error (! outside the goal)",
+                  f"{'row':<34} {head}", "-" * (35 + 19 * len(shown))]
+        for r in part:
+            if r.note:
+                lines.append(f"{r.row_id:<34} {r.note}")
+                continue
+            by = {f.name: f for f in r.figures}
+            lines.append(f"{r.row_id:<34} " + " ".join(_cell(by.get(n)) for n in shown))
+            if r.missed and split == "held-out":
+                lines.append(f"{'':<34} miss: {KNOWN_MISSES.get(r.row_id, 'UNEXPLAINED')}")
+        s = summary_of(part)
+        lines.append(f"{split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
+                     f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
+                     f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def format_markdown(replays: list[Replay]) -> str:
+    """The tables docs/validation.md shows: per split, each row's measured figure and error; each named miss's
+    mechanism once, numbered, under its table."""
+    shown = ("duration", "out tok/s", "mean TTFT", "mean TPOT", "median TPOT")
+    lines: list[str] = []
+    for split in ("calibration", "held-out"):
+        part = [r for r in replays if r.split == split]
+        if not part:
+            continue
+        why: list[str] = []
+        lines += [f"**{split}** (measured, then the simulator's error; ! outside the goal)", "",
+                  "| row | " + " | ".join(shown) + " | miss |", "|---" * (len(shown) + 2) + "|"]
+        for r in part:
+            if r.note:
+                lines.append(f"| {r.row_id} | {r.note} |" + " |" * len(shown))
+                continue
+            by = {f.name: f for f in r.figures}
+            cells = [f"{_value(f.measured)} ({f.error * 100:+.0f}%{'!' if f.missed else ''})" if (f := by.get(n))
+                     else "-" for n in shown]
+            mark = ""
+            if r.missed and split == "held-out":
+                text = KNOWN_MISSES.get(r.row_id, "UNEXPLAINED")
+                why += [] if text in why else [text]
+                mark = f"[{why.index(text) + 1}]"
+            lines.append(f"| {r.row_id} | " + " | ".join(cells) + f" | {mark} |")
+        s = summary_of(part)
+        lines += ["", f"{split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
+                      f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
+                      f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}", ""]
+        lines += [f"{i}. {text}" for i, text in enumerate(why, 1)] + ([""] if why else [])
+        lines += ["By the scheduling profile each row was replayed with:", ""]
+        for profile in sorted({r.setup.split(":")[0] for r in part if not r.note}):
+            p = summary_of([r for r in part if not r.note and r.setup.split(":")[0] == profile])
+            lines.append(f"- {profile}: {p['replayed']} rows, {p['within']} of {p['figures']} goal figures within "
+                         f"their goal; mean |error| duration {p['duration']:.1%}, output throughput "
+                         f"{p['out tok/s']:.1%}, mean TTFT {p['mean TTFT']:.1%}, mean TPOT {p['mean TPOT']:.1%}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _value(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
+
+
+def summary_of(replays: list[Replay]) -> dict:
+    done = [r for r in replays if not r.note]
+    goal = [f for r in done for f in r.figures if f.goal is not None]
+    out = {"rows": len(replays), "replayed": len(done), "figures": len(goal),
+           "within": sum(not f.missed for f in goal)}
+    for name in ("duration", "mean TTFT", "mean TPOT", "out tok/s"):
+        errs = [abs(f.error) for r in done for f in r.figures if f.name == name]
+        out[name] = sum(errs) / len(errs) if errs else 0.0
+    return out
+
+
+def trend(replays: list[Replay], xs: dict[str, float], figure: str) -> float:
+    """Slope of ``figure``'s error against log2(x) over the rows in ``xs`` (row id -> concurrency, prompt length, ...):
+    0 means the error does not grow with load or length."""
+    pts = [(math.log2(xs[r.row_id]), f.error) for r in replays if r.row_id in xs for f in r.figures if f.name == figure]
+    if len(pts) < 2:
+        return 0.0
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="", help="only these row ids, comma separated")
+    ap.add_argument("--json", action="store_true", help="every figure of every row as JSON")
+    ap.add_argument("--markdown", action="store_true", help="the tables as docs/validation.md shows them")
+    a = ap.parse_args(argv)
+    replays = validate(only={x.strip() for x in a.rows.split(",") if x.strip()} or None)
+    if a.json:
+        print(json.dumps([{"id": r.row_id, "split": r.split, "not_modeled": r.note, "setup": r.setup,
+                           "figures": [f.__dict__ | {"error": f.error} for f in r.figures]} for r in replays],
+                         indent=2))
+    else:
+        print(format_markdown(replays) if a.markdown else format_table(replays))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
