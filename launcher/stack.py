@@ -31,7 +31,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 # Fixed metrics ports: base + offset + index. (first offset, how many processes of that kind fit)
-METRICS_OFFSETS = {"router": (0, 1), "kvstore": (10, 10), "prefill_server": (20, 30), "decode_server": (50, 50)}
+METRICS_OFFSETS = {"router": (0, 1), "openai_server": (1, 1), "kvstore": (10, 10), "prefill_server": (20, 30),
+                   "decode_server": (50, 50)}
 DEFAULT_METRICS_BASE_PORT = 9400
 
 
@@ -85,6 +86,10 @@ class Process:
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid if self.popen is not None else 0
 
 
 class Stack:
@@ -191,14 +196,14 @@ class Stack:
         try:
             for stage in self._stages():
                 for p in stage:
-                    self._launch(p)
+                    self.launch(p)
                 self.wait_ready(stage, deadline)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _launch(self, p: Process) -> None:
+    def launch(self, p: Process) -> None:
         env = self._env()
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -218,7 +223,7 @@ class Stack:
     def restart(self, p: Process, sig: int = signal.SIGTERM, timeout_s: float = 120.0) -> None:
         """Stop one process (SIGTERM: it drains first) and start it again on the same port, SERVING on return."""
         self.kill(p, sig, timeout_s)
-        self._launch(p)
+        self.launch(p)
         self.wait_ready([p], time.monotonic() + timeout_s)
 
     def _stages(self) -> list[list[Process]]:
@@ -230,12 +235,14 @@ class Stack:
             self._wait_one(p, deadline)
 
     def _wait_one(self, p: Process, deadline: float) -> None:
-        if p is self.edge:  # the HTTP edge is ready when its /health answers 200 (it asks the router)
-            probe, what = (lambda: http_ok(f"{self.http_url}/health")), f"{p.name} ready"
-        else:
-            credentials = self.credentials()
-            probe, what = (lambda: grpc_serving(p.target, credentials)), f"{p.name} SERVING"
-        wait_for(probe, max(0.0, deadline - time.monotonic()), what, p.popen, lambda: self.log_tail(p))
+        what = f"{p.name} ready" if p is self.edge else f"{p.name} SERVING"
+        wait_for(lambda: self.ready(p), max(0.0, deadline - time.monotonic()), what, p.popen, lambda: self.log_tail(p))
+
+    def ready(self, p: Process, timeout_s: float = 1.0) -> bool:
+        """One probe: grpc.health.v1 SERVING, or for the HTTP edge /health answering 200 (it asks the router)."""
+        if p is self.edge:
+            return http_ok(f"{self.http_url}/health", timeout_s)
+        return grpc_serving(p.target, self.credentials(), timeout_s)
 
     @property
     def http_url(self) -> str:
