@@ -54,7 +54,7 @@ def cmd_up(a: argparse.Namespace) -> int:
     if a.prometheus_config and not a.metrics:
         raise ValueError("prometheus_config: needs --metrics (the scrape config lists the metrics ports)")
     policy = RestartPolicy(a.restart, max_restarts=a.max_restarts, window_s=a.restart_window_s)
-    stack = Stack(spec, inherit_output=a.verbose)
+    stack = Stack(spec, inherit_output=a.verbose, tied=True)  # nothing outlives pdserve up, not even its kill -9
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

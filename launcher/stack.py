@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from pdserve.common.readiness import grpc_serving, http_ok, wait_for
+from pdserve.common.server import PARENT_ENV
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 
@@ -93,9 +94,13 @@ class Process:
 
 
 class Stack:
-    def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False) -> None:
+    def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False,
+                 tied: bool = False) -> None:
+        """``tied``: the services stop when this process dies, even by SIGKILL (``pdserve up``; every launch must
+        then come from the main thread, whose exit the kernel watches)."""
         self.spec = spec
         self.inherit_output = inherit_output
+        self.tied = tied
         self.owns_log_dir = log_dir is None  # a directory of its own is removed at stop (logs, the stack's CA)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdserve-logs-"))
         self.processes: list[Process] = []
@@ -188,6 +193,8 @@ class Stack:
         env.setdefault("OPENBLAS_NUM_THREADS", str(threads))
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
+        if self.tied:
+            env[PARENT_ENV] = str(os.getpid())
         return env
 
     def start(self, timeout_s: float = 120.0) -> "Stack":

@@ -23,7 +23,7 @@ from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
-from pdserve.router.prompt import RequestValidator
+from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, RequestValidator, TokenizerBusy
 from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
 from pdserve.router.tokenize import TokenizeRPCs
@@ -47,6 +47,8 @@ class RouterConfig:
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
     decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
     decode_prefetch: bool = True  # a decode worker imports the KV while prefill computes it (Decode.Prefetch)
+    max_prompt_chars: int = MAX_PROMPT_CHARS  # a cap on the limit the context already sets (router/prompt.py)
+    tokenizer_workers: int = DEFAULT_TOKENIZER_WORKERS
 
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
@@ -54,7 +56,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                  policy: PrefillPolicy, kv: KVStoreClient | None) -> None:
         self.config = config
         self.tokenizer = tokenizer
-        self.validator = RequestValidator(tokenizer, config.model_name, config.context_length)
+        self.validator = RequestValidator(tokenizer, config.model_name, config.context_length, config.max_prompt_chars,
+                                          config.tokenizer_workers, max_pending=config.max_inflight)
         self.prefill = prefill
         self.decode = decode
         self.policy = policy
@@ -87,14 +90,19 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
 
     async def Generate(self, request, context):
         request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
+        if self.inflight >= self.config.max_inflight:
+            await self._shed(context, "router_full",
+                             f"router is at its limit of {self.config.max_inflight} requests in flight")
         try:
             if request_id:
                 check_request_id(request_id)
-            ids, params = self.validator.validate(request)
+            ids, params = await self.validator.validate(request)  # the tokenizing in a thread pool
         except InvalidParameter as exc:
             REJECTED.labels("invalid").inc()
             await abort_invalid(context, exc)
-        if self.inflight >= self.config.max_inflight:
+        except TokenizerBusy as exc:
+            await self._shed(context, "router_full", str(exc))
+        if self.inflight >= self.config.max_inflight:  # (again: others were admitted while this one tokenized)
             await self._shed(context, "router_full",
                              f"router is at its limit of {self.config.max_inflight} requests in flight")
         if request_id in self.active:

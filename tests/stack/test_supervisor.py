@@ -90,6 +90,31 @@ def test_decode_worker_killed_under_pdserve_up(tiny_model_path, tiny_runtime, tm
         assert f"{victim.name} exited with code -9 (SIGKILL); restarting in" in log
         assert not state.exists() and processes_mentioning(str(model)) == []
     finally:
-        if proc.poll() is None:
+        stop_up(proc)
+
+
+def test_pdserve_up_killed_takes_its_services_with_it(tiny_model_path, tmp_path):
+    """SIGKILL leaves pdserve up no chance to stop its services: each one stops itself when its parent goes
+    (PR_SET_PDEATHSIG), so none is left holding the stack's ports."""
+    model = tmp_path / "orphan-model.gguf"
+    model.write_bytes(Path(tiny_model_path).read_bytes())
+    proc, _ = pdserve_up(["--model", str(model), "--port", "0", "--state-file", str(tmp_path / "up.json")],
+                         until="try:")
+    try:
+        assert len(processes_mentioning(str(model))) == 4
+        proc.kill()
+        proc.wait()
+        wait_until(lambda: processes_mentioning(str(model)) == [], 60, "no service left")
+    finally:
+        stop_up(proc)
+
+
+def stop_up(proc: subprocess.Popen) -> None:
+    """Stop a pdserve up still running as Ctrl-C would (its services with it), killing it only if that fails."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
