@@ -6,6 +6,7 @@
 - ``pacing``: the paced synthetic stack's wall TPOT against its modeled TPOT;
 - ``sim``: the simulator's speed on a large cluster;
 - ``chaos``: the fault matrix under steady load;
+- ``hostile``: oversized and stalled requests against a running stack, what others see meanwhile;
 - ``soak``: a long run of mixed load and random faults against ``pdserve up``, memory over time.
 
 Each module loads only when its command runs.
@@ -24,6 +25,7 @@ COMMANDS = {
     "pacing": ("synthetic stack, realtime pacing: wall TPOT vs modeled TPOT", "pacing"),
     "sim": ("simulator speed: requests simulated per wall second on a big cluster", "sim_speed"),
     "chaos": ("the fault matrix: each fault under steady load, answers checked, leaks counted", "chaos"),
+    "hostile": ("requests that try to take more than their share, while others stream", "hostile"),
     "soak": ("a long run against pdserve up: mixed load, random faults, memory of every process plotted", "soak"),
 }
 
