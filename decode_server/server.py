@@ -100,6 +100,9 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise InvalidParameter("kv.block_keys", f"{len(kv.block_keys)} keys for {kv.token_count} tokens")
         if not math.isfinite(kv.wait_s) or not 0 <= kv.wait_s <= MAX_WAIT_S:
             raise InvalidParameter("kv.wait_s", f"must be in [0, {MAX_WAIT_S:g}], got {kv.wait_s}")
+        # the lease is renewed with it while the blocks arrive, and a prefetched copy waits that long for its call
+        if not math.isfinite(kv.lease_ttl_s) or not 0 < kv.lease_ttl_s <= MAX_LEASE_TTL_S:
+            raise InvalidParameter("kv.lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {kv.lease_ttl_s}")
         if self.kv is None:
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
 
@@ -108,9 +111,6 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             if not request.request_id:
                 raise InvalidParameter("request_id", "must not be empty")
             self._validate_handle(request.kv)
-            ttl = request.kv.lease_ttl_s
-            if not math.isfinite(ttl) or not 0 < ttl <= MAX_LEASE_TTL_S:  # it sets how long the copy waits
-                raise InvalidParameter("kv.lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {ttl}")
             imp = self.imports.start(request.request_id, request.kv)
         except InvalidParameter as exc:
             await abort_invalid(context, exc)

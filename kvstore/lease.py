@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator
 
@@ -62,7 +63,7 @@ class KVLease:
         """Keep the lease renewed while the body runs (a slow fetch, a long wait): at once, then every third of its
         TTL. A renewal may take until the lease would expire (a busy kvstore answers late, not never), and one that
         fails is tried again soon, not a period later."""
-        if self.kv is None or not self.lease_id or self.ttl_s <= 0:
+        if self.kv is None or not self.lease_id or not 0 < self.ttl_s < math.inf:
             yield
             return
         task = asyncio.create_task(self._renew_forever())

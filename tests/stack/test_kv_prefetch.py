@@ -9,7 +9,7 @@ import pytest
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.engine.params import SamplingParams
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import kv_leases, reference, scrape, wait_until
+from tests.helpers import kv_leases, reference, scaled, scrape, wait_until
 
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 SAMPLING = common_pb2.SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
@@ -149,7 +149,8 @@ def test_a_prefetch_with_a_lease_ttl_out_of_range_is_refused(stack, ttl):
     handle.lease_ttl_s = ttl
     with grpc.insecure_channel(stack.decodes[0].target) as ch:
         with pytest.raises(grpc.RpcError) as err:
-            decode_pb2_grpc.DecodeStub(ch).Prefetch(decode_pb2.PrefetchRequest(request_id="pf-ttl", kv=handle))
+            decode_pb2_grpc.DecodeStub(ch).Prefetch(decode_pb2.PrefetchRequest(request_id="pf-ttl", kv=handle),
+                                                     timeout=scaled(30))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("kv.lease_ttl_s")
 
 
