@@ -82,6 +82,11 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         await context.abort(status.code, status.details,
                             tuple(status.trailing_metadata) + (("retry-after-ms", str(after_ms)),))
 
+    async def _shed_if_full(self, context) -> None:
+        if self.inflight >= self.config.max_inflight:
+            await self._shed(context, "router_full",
+                             f"router is at its limit of {self.config.max_inflight} requests in flight")
+
     async def ListModels(self, request, context):
         c = self.config
         return router_pb2.ListModelsResponse(models=[router_pb2.ModelCard(
@@ -90,9 +95,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
 
     async def Generate(self, request, context):
         request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
-        if self.inflight >= self.config.max_inflight:
-            await self._shed(context, "router_full",
-                             f"router is at its limit of {self.config.max_inflight} requests in flight")
+        await self._shed_if_full(context)  # before tokenizing: a full router does not spend time on the prompt
         try:
             if request_id:
                 check_request_id(request_id)
@@ -102,9 +105,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             await abort_invalid(context, exc)
         except TokenizerBusy as exc:
             await self._shed(context, "router_full", str(exc))
-        if self.inflight >= self.config.max_inflight:  # (again: others were admitted while this one tokenized)
-            await self._shed(context, "router_full",
-                             f"router is at its limit of {self.config.max_inflight} requests in flight")
+        await self._shed_if_full(context)  # again: others were admitted while this one was tokenized
         if request_id in self.active:
             REJECTED.labels("duplicate_id").inc()
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")
