@@ -2,8 +2,8 @@
 clients stream.
 
 - ``chat_12mb``: a chat of twelve messages of a million characters each (within the per-message limit, 12 MB in all);
-- ``n16_stalled``: ``n`` = 16 samples of 512 tokens whose reader takes the first chunk and then reads nothing for
-  ``--stall-s``;
+- ``n16_stalled``: ``n`` = 16 samples of 512 tokens with 20 logprobs each, whose reader takes the first chunk and then
+  reads nothing for ``--stall-s``;
 - ``prefetch_ttl``: 16 ``Decode.Prefetch`` calls straight to a decode worker, with a lease TTL of 1e9 s for blocks
   that never come, then a 17th after ``--stall-s``.
 
@@ -76,8 +76,8 @@ async def _chat_12mb(target: str, _decode: str, _stall_s: float) -> str:
 async def _n16_stalled(target: str, _decode: str, stall_s: float) -> str:
     async with AsyncPdserveClient(target) as client:
         call = client.generate(token_ids=list(range(50, 90)), n=16, max_tokens=512, temperature=1.0, seed=1,
-                               ignore_eos=True, timeout=600)
-        await call.__anext__()
+                               ignore_eos=True, logprobs=20, timeout=600)
+        await call.read()
         await asyncio.sleep(stall_s)
         call.cancel()
     return f"read one chunk, stalled {stall_s:g} s, cancelled"
