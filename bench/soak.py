@@ -167,7 +167,8 @@ def memory_table(soak: Soak) -> str:
 def _start_up(a, state: Path, log: Path) -> subprocess.Popen:
     args = [sys.executable, "-m", "pdserve.cli.main", "up", "--port", "0", "--state-file", str(state), "--metrics",
             "--metrics-base-port", "0", "--http-port", "0", "--prefill", "2", "--decode", "2", "--kvstore-shards", "2",
-            "--pace", "realtime", "--time-scale", str(a.time_scale)] + (["--model", a.model] if a.model else [])
+            "--pace", "realtime", "--time-scale", str(a.time_scale)] + (["--model", a.model] if a.model else []) + \
+        (["--kv-capacity-mb", str(a.kv_capacity_mb)] if a.kv_capacity_mb else [])
     proc = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     while not (state.exists() and "try:" in log.read_text()):
@@ -193,6 +194,7 @@ def run_soak(a) -> int:
         asyncio.run(_run_load(soak, a, row))
         soak.stack.refresh()
         row.leaked = wait_idle(soak.stack, DEFAULT_LEASE_TTL_S + 30)
+        row.restarted = sum(p.restarts for p in soak.stack.processes)
         soak.sample()
         title = (f"pdserve up, {a.duration_s / 60:.0f} min of load ({row.sent} gRPC requests, "
                  f"{sum(soak.http.values())} HTTP), {len(soak.faults)} faults")
@@ -226,6 +228,9 @@ def add_args(p) -> None:
     p.add_argument("--time-scale", type=float, default=2.0, help="the workers' pacing (modeled step x this)")
     p.add_argument("--sample-s", type=float, default=5.0, help="resident memory sampling period")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-capacity-mb", type=float, default=None,
+                   help="each kvstore shard's budget (pdserve up's default otherwise); a small one shows the shards' "
+                        "memory levelling off at it within the run")
     p.add_argument("--plot", default="docs/images/soak-rss.png")
     p.add_argument("--json", default=None)
 
