@@ -10,9 +10,10 @@ for ``--duration-s``:
 - samples the resident memory of every process (by name: a restarted process continues its line) every
   ``--sample-s``.
 
-At the end it stops the load, waits for the stack to be idle and reports the answers (lost, duplicated, wrong), what is
-still held (leases, decode blocks, requests in flight), each process's restarts and memory, and plots memory over time
-with the faults marked (``--plot``).
+At the end it stops the load, waits for the stack to be idle and for every process a fault hit to serve again, and
+reports the answers (lost, duplicated, wrong), what is still held (leases, decode blocks, requests in flight), each
+process's restarts and memory, and plots memory over time with the faults marked (``--plot``). A fault never hits a
+process already hit that has not been restarted yet (a worker still draining after SIGTERM): one fault, one restart.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import httpx
 
 from pdserve.bench.chaos import format_table, held, rss_mb, wait_idle
 from pdserve.bench.chaos_load import Row, fault_free, make_workload, steady_load
+from pdserve.bench.chaos_up import RESTART_WAIT_S
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.launcher.state import AttachedStack
 
@@ -45,6 +47,7 @@ class Soak:
     started: float = field(default_factory=time.monotonic)
     samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> [(t, RSS MiB)]
     faults: list[tuple[float, str]] = field(default_factory=list)  # (t, what)
+    signalled: dict[int, str] = field(default_factory=dict)  # pid -> name of each process a fault hit
     http: dict[str, int] = field(default_factory=dict)  # HTTP status -> count
     vocab: int = 0
 
@@ -85,7 +88,8 @@ async def _faults(soak: Soak, stop: asyncio.Event, mean_s: float, rng: random.Ra
         except TimeoutError:
             pass
         soak.stack.refresh()
-        serving = [p for p in soak.stack.processes if p.state == "serving"]
+        # not one already hit and still going (a worker draining after SIGTERM): one fault, one restart
+        serving = [p for p in soak.stack.processes if p.state == "serving" and p.pid not in soak.signalled]
         if not serving:
             continue
         victim = rng.choice(serving)
@@ -94,6 +98,7 @@ async def _faults(soak: Soak, stop: asyncio.Event, mean_s: float, rng: random.Ra
             os.kill(victim.pid, signal.SIGTERM if graceful else signal.SIGKILL)
         except ProcessLookupError:
             continue
+        soak.signalled[victim.pid] = victim.name
         what = f"{'SIGTERM' if graceful else 'SIGKILL'} {victim.name}"
         soak.faults.append((soak.now(), what))
         print(f"  {soak.now():7.0f} s  {what}", flush=True)
@@ -178,6 +183,18 @@ def _start_up(a, state: Path, log: Path) -> subprocess.Popen:
     return proc
 
 
+def _not_back(soak: Soak) -> list[str]:
+    """Wait until the supervisor has every process a fault hit serving again; what did not come back, and why."""
+    missing = []
+    for pid, name in soak.signalled.items():
+        try:
+            soak.stack.wait_restarted(name, pid, RESTART_WAIT_S)
+        except TimeoutError as exc:
+            missing.append(str(exc))
+    soak.stack.refresh()
+    return missing
+
+
 def run_soak(a) -> int:
     work = Path(tempfile.mkdtemp(prefix="pdserve-soak-"))
     state, log = work / "up.json", work / "up.log"
@@ -194,6 +211,7 @@ def run_soak(a) -> int:
         asyncio.run(_run_load(soak, a, row))
         soak.stack.refresh()
         row.leaked = wait_idle(soak.stack, DEFAULT_LEASE_TTL_S + 30)
+        not_back = _not_back(soak)
         row.restarted = sum(p.restarts for p in soak.stack.processes)
         soak.sample()
         title = (f"pdserve up, {a.duration_s / 60:.0f} min of load ({row.sent} gRPC requests, "
@@ -204,9 +222,13 @@ def run_soak(a) -> int:
         print(memory_table(soak))
         print(f"still held at the end (leases, decode blocks + sequences, router requests): {held(soak.stack)}")
         print(f"plot: {a.plot}")
+        if not_back:
+            print(f"not serving again at the end: {'; '.join(not_back)}")
         if a.json:
             Path(a.json).write_text(json.dumps({"answers": dict(row.answers), "sent": row.sent, "leaked": row.leaked,
                                                 "http": soak.http, "faults": soak.faults,
+                                                "restarts": {p.name: p.restarts for p in soak.stack.processes},
+                                                "not_back": not_back,
                                                 "samples": soak.samples}, indent=1))
     finally:
         up.send_signal(signal.SIGINT)
@@ -214,7 +236,7 @@ def run_soak(a) -> int:
             up.wait(120)
         except subprocess.TimeoutExpired:
             up.kill()
-    return 0 if row.ok else 1
+    return 0 if row.ok and not not_back else 1
 
 
 def add_args(p) -> None:
