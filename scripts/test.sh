@@ -12,7 +12,7 @@ if command -v npm >/dev/null 2>&1 && \
   npm ci --prefix examples/node --no-audit --no-fund --loglevel=error
 fi
 LOADED_TESTS="tests/stack/test_faults_stream.py tests/stack/test_fault_matrix.py tests/stack/test_supervisor.py
-  tests/stack/test_overload.py tests/stack/test_services_faults.py"
+  tests/stack/test_overload.py tests/stack/test_services_faults.py tests/stack/test_soak.py"
 if [ $# -eq 0 ] && [ "${CI:-}" = "true" ]; then
   .venv/bin/python -m pytest
   # shellcheck disable=SC2086
