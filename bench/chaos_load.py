@@ -15,7 +15,7 @@ from pdserve.client.client import AsyncPdserveClient
 
 ANSWERS = ("correct", "cancelled", "failed_clean", "lost", "duplicated", "wrong")  # what became of each request
 LEAKS = ("leaked_leases", "leaked_blocks", "leaked_inflight")  # what the stack still holds once idle
-COLUMNS = ("sent", *ANSWERS, *LEAKS, "resumed", "kv_recomputed")
+COLUMNS = ("sent", *ANSWERS, *LEAKS, "resumed", "kv_recomputed", "restarted")
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Row:
     leaked: tuple[int, int, int] = (0, 0, 0)  # kvstore leases, decode blocks + sequences, router requests in flight
     resumed: int = 0  # streams moved to another decode worker mid-stream (the router's count)
     kv_recomputed: int = 0  # prompts a decode worker recomputed because their KV could not be fetched
+    restarted: int = 0  # processes the supervisor started again (the rows under pdserve up)
     codes: Counter = field(default_factory=Counter)  # status codes of the clean failures
     errors: Counter = field(default_factory=Counter)  # "CODE: details" of every failure, for the record
 

@@ -6,7 +6,9 @@
 - ``pacing``: the paced synthetic stack's wall TPOT against its modeled TPOT;
 - ``sim``: the simulator's speed on a large cluster;
 - ``chaos``: the fault matrix under steady load;
-- ``stop-rules``: what the completeness rule saves and costs against EOS, on the built-in prompts.
+- ``stop-rules``: what the completeness rule saves and costs against EOS, on the built-in prompts;
+- ``hostile``: oversized and stalled requests against a running stack, what others see meanwhile;
+- ``soak``: a long run of mixed load and random faults against ``pdserve up``, memory over time.
 
 Each module loads only when its command runs.
 """
@@ -25,6 +27,8 @@ COMMANDS = {
     "sim": ("simulator speed: requests simulated per wall second on a big cluster", "sim_speed"),
     "chaos": ("the fault matrix: each fault under steady load, answers checked, leaks counted", "chaos"),
     "stop-rules": ("the completeness rule (stop_when_complete) against EOS on the built-in prompts", "stop_rules"),
+    "hostile": ("requests that try to take more than their share, while others stream", "hostile"),
+    "soak": ("a long run against pdserve up: mixed load, random faults, memory of every process plotted", "soak"),
 }
 
 

@@ -226,6 +226,10 @@ def main(a: argparse.Namespace) -> int:
     if a.repeat < 1:
         print("pdserve bench kv: --repeat must be >= 1", file=sys.stderr)
         return 2
+    if a.scale:
+        from pdserve.bench.kv_scale import run_scale
+
+        return run_scale(a)
     if a.handoff:
         from pdserve.bench.handoff import MODES, format_handoff, run_handoff_bench
 
@@ -261,6 +265,9 @@ def add_args(p) -> None:
     p.add_argument("--streams", type=_positive_ints, default=(1, 4), help="concurrent streams, comma separated")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the best is kept")
     p.add_argument("--json", default=None, help="also write the rows to this file")
+    from pdserve.bench.kv_scale import add_scale_args
+
+    add_scale_args(p)
     g = p.add_argument_group("--handoff: the hand-off inside the stack (bench/handoff.py)")
     g.add_argument("--handoff", action="store_true",
                    help="instead: start a stack per mode and time TTFT and the first-to-second-token gap")

@@ -4,15 +4,18 @@ down)."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from pdserve.cli.generate import stream_from_router
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
+from pdserve.launcher.supervisor import RESTART_MODES
 from pdserve.perfmodel.deployment import add_deployment_flag
 from pdserve.router.policy import PREFILL_POLICIES
 from pdserve.worker.clock import PACE_MODES
@@ -33,21 +36,37 @@ def stack_spec_from_args(a: argparse.Namespace):
 
 def cmd_up(a: argparse.Namespace) -> int:
     from pdserve.launcher.stack import Stack
+    from pdserve.launcher.state import NoStack, default_state_path, read_state, status_table
+    from pdserve.launcher.supervisor import RestartPolicy, Supervisor
 
+    if a.status:
+        try:
+            print(status_table(read_state(Path(a.state_file) if a.state_file else default_state_path(a.port))))
+        except NoStack as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        return 0
     spec = stack_spec_from_args(a)
     spec.tls = a.tls
     if a.auth_token_file:
         from pdserve.router.auth import load_token
 
         spec.auth_token = load_token(a.auth_token_file)
-    stack = Stack(spec, inherit_output=a.verbose)
+    if a.prometheus_config and not a.metrics:
+        raise ValueError("prometheus_config: needs --metrics (the scrape config lists the metrics ports)")
+    policy = RestartPolicy(a.restart, max_restarts=a.max_restarts, window_s=a.restart_window_s)
+    stack = Stack(spec, inherit_output=a.verbose, tied=True)  # nothing outlives pdserve up, not even its kill -9
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    if a.prometheus_config and not a.metrics:
-        raise ValueError("prometheus_config: needs --metrics (the scrape config lists the metrics ports)")
     stack.start()
+    serving, state_file = True, None
     try:
+        state_file = Path(a.state_file) if a.state_file else default_state_path(stack.router.port)
+        supervisor = Supervisor(stack, policy, state_file, log=lambda line: print(line, file=sys.stderr, flush=True),
+                                info={"up_pid": os.getpid(), "tls": spec.tls, "auth": bool(spec.auth_token),
+                                      "log_dir": str(stack.log_dir)})
+        supervisor.write_state()
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())
         if a.prometheus_config:
@@ -60,20 +79,21 @@ def cmd_up(a: argparse.Namespace) -> int:
         if stack.tls_files is not None:
             f = stack.tls_files
             print(f"TLS on every port, mutual TLS between services: CA {f.ca}, certificate {f.cert}, key {f.key}")
-        print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
+        print(f"processes exiting are restarted (--restart {policy.mode}); "
+              f"status: pdserve up --status --port {stack.router.port}")
         if stack.edge is not None:
             print(f"OpenAI-compatible API: {stack.http_url}/v1 (e.g. curl {stack.http_url}/v1/models)")
+        print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
         sys.stdout.flush()
-        while not stop.is_set():
-            for p in stack.processes:
-                if p.popen.poll() is not None:
-                    print(f"{p.name} exited with code {p.popen.returncode}; stopping the stack", file=sys.stderr)
-                    stop.set()
-            stop.wait(0.5)
+        serving = supervisor.run(stop)
+        if not serving:
+            print(f"giving the stack up: {supervisor.given_up}", file=sys.stderr)
     finally:
         stack.stop()
+        if state_file is not None:
+            state_file.unlink(missing_ok=True)
         print("pdserve stack stopped")
-    return 0
+    return 0 if serving else 1
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -126,6 +146,17 @@ def register(sub) -> None:
     p.add_argument("--tls", action="store_true",
                    help="generate a CA and serve TLS on every port, mutual TLS between services")
     p.add_argument("--auth-token-file", default=None, help="the router then requires this bearer token")
+    p.add_argument("--restart", default="always", choices=RESTART_MODES,
+                   help="restart a process that exits: always, on-failure (non-zero exits), or no (the first exit "
+                        "stops the stack)")
+    p.add_argument("--max-restarts", type=int, default=5,
+                   help="restarts of one process within --restart-window-s beyond which it is left down")
+    p.add_argument("--restart-window-s", type=float, default=300.0)
+    p.add_argument("--status", action="store_true",
+                   help="print the processes of the pdserve up running on --port (state, restarts, health) and exit")
+    p.add_argument("--state-file", default=None,
+                   help="where the running stack's state is kept (default: one file per router port in a private "
+                        "directory under $XDG_RUNTIME_DIR or /tmp)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("demo", help="start the stack and answer the source article's two prompts")

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
+import os
 import signal
+import sys
 from collections.abc import Callable, Iterable
 
 import grpc
@@ -57,6 +61,25 @@ def setup_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, handlers=[handler])
 
 
+PARENT_ENV = "PDSERVE_PARENT_PID"  # set by a launcher whose services must not outlive it (pdserve up)
+PR_SET_PDEATHSIG = 1
+
+
+def follow_parent() -> None:
+    """Where the launcher asked for it (``PDSERVE_PARENT_PID``), get SIGTERM when the launcher dies, even by SIGKILL,
+    so that no service is left holding its ports (Linux; elsewhere a no-op)."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG,
+                                                                                        signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # it died before the line above ran
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def request_metadata(request_id: str) -> tuple[tuple[str, str], ...]:
     """gRPC metadata that carries the request id to the next service."""
     return (("x-request-id", request_id),)
@@ -79,6 +102,7 @@ async def serve(
     Health reports SERVING for each once the server has started, NOT_SERVING while it drains. The port serves TLS
     (and asks for client certificates) as ``common.tls`` is configured; ``interceptors`` run after the metrics one.
     """
+    follow_parent()
     server = grpc.aio.server(interceptors=[MetricsInterceptor(name), *interceptors],
                              options=GRPC_OPTIONS + list(options))
     service_names = list(register(server))

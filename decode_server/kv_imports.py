@@ -25,6 +25,7 @@ from pdserve.worker.clock import StepClock
 
 KV_ERRORS = (KVIntegrityError, ValueError, grpc.aio.AioRpcError)  # a fetch that failed: the KV is not (all) here
 DEFAULT_MAX_PREFETCHES = 16
+DEFAULT_PREFETCH_HOLD_S = 60.0  # the longest a prefetch slot is held, whatever lease TTL its request names
 
 
 class ImportExists(Exception):
@@ -52,8 +53,12 @@ class KVImport:
 
 class KVImports:
     def __init__(self, kv: KVStoreClient, clock: StepClock, new_kv: Callable[[int], SequenceKV], link: str = "nvlink",
-                 max_pending: int = DEFAULT_MAX_PREFETCHES) -> None:
-        """``new_kv(tokens)``: an empty cache for a prompt of that many tokens."""
+                 max_pending: int = DEFAULT_MAX_PREFETCHES, hold_s: float = DEFAULT_PREFETCH_HOLD_S) -> None:
+        """``new_kv(tokens)``: an empty cache for a prompt of that many tokens. A prefetch holds its slot until a
+        Decode call takes it, or for its lease TTL (validated by the caller) but never longer than ``hold_s``."""
+        if not 0 < hold_s < float("inf") or max_pending < 1:
+            raise ValueError("prefetch: --prefetch-hold-s must be positive and finite, --max-prefetches at least 1")
+        self.hold_s = hold_s
         self.kv = kv
         self.clock = clock
         self.new_kv = new_kv
@@ -74,7 +79,8 @@ class KVImports:
         kv = self.new_kv(handle.token_count + 1)
         imp = KVImport(handle, kv, asyncio.ensure_future(self._import(kv, handle)))
         self.pending[request_id] = imp
-        imp.expiry = asyncio.get_running_loop().call_later(max(handle.lease_ttl_s, 1.0), self.drop, request_id, imp)
+        hold = min(max(handle.lease_ttl_s, 1.0), self.hold_s)
+        imp.expiry = asyncio.get_running_loop().call_later(hold, self.drop, request_id, imp)
         return imp
 
     def drop(self, request_id: str, imp: KVImport, failed: bool = False) -> None:

@@ -14,6 +14,7 @@ from pdserve.common.status import abort_exhausted, abort_invalid
 from pdserve.common.validation import check_worker_request
 from pdserve.decode_server.kv_imports import (
     DEFAULT_MAX_PREFETCHES,
+    DEFAULT_PREFETCH_HOLD_S,
     KV_ERRORS,
     ImportExists,
     ImportsFull,
@@ -40,7 +41,7 @@ from pdserve.engine.scheduler import Role
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.store import MAX_WAIT_S
+from pdserve.kvstore.store import MAX_LEASE_TTL_S, MAX_WAIT_S
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
 from pdserve.worker.flags import build_worker, run_worker, worker_parser
 from pdserve.worker.metrics import ITL
@@ -53,13 +54,15 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
 class DecodeService(decode_pb2_grpc.DecodeServicer):
     def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink",
                  kv_load_failure_policy: str = "recompute",
-                 max_prefetches: int = DEFAULT_MAX_PREFETCHES) -> None:
+                 max_prefetches: int = DEFAULT_MAX_PREFETCHES,
+                 prefetch_hold_s: float = DEFAULT_PREFETCH_HOLD_S) -> None:
         self.worker = worker
         self.runtime = worker.runtime
         self.kv = kv
         self.kv_load_failure_policy = kv_load_failure_policy
         new_kv = partial(self.runtime.model.new_kv, block_tokens=self.runtime.block_tokens)
-        self.imports = KVImports(kv, worker.clock, lambda tokens: new_kv(capacity=tokens), kv_link, max_prefetches)
+        self.imports = KVImports(kv, worker.clock, lambda tokens: new_kv(capacity=tokens), kv_link, max_prefetches,
+                                 prefetch_hold_s)
         s = worker.scheduler
         RUNNING.set_function(lambda: len(s.running))
         WAITING.set_function(lambda: len(s.waiting))
@@ -112,6 +115,9 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             raise InvalidParameter("kv.block_keys", f"{len(kv.block_keys)} keys for {kv.token_count} tokens")
         if not math.isfinite(kv.wait_s) or not 0 <= kv.wait_s <= MAX_WAIT_S:
             raise InvalidParameter("kv.wait_s", f"must be in [0, {MAX_WAIT_S:g}], got {kv.wait_s}")
+        # the lease is renewed with it while the blocks arrive, and a prefetched copy waits that long for its call
+        if not math.isfinite(kv.lease_ttl_s) or not 0 < kv.lease_ttl_s <= MAX_LEASE_TTL_S:
+            raise InvalidParameter("kv.lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {kv.lease_ttl_s}")
         if self.kv is None:
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
 
@@ -240,6 +246,8 @@ def build_parser():
                         help="sequences up to this length share the batched-attention slab")
     parser.add_argument("--max-prefetches", type=int, default=DEFAULT_MAX_PREFETCHES,
                         help="KV prefetches (requests still in prefill) held at once; more are refused")
+    parser.add_argument("--prefetch-hold-s", type=float, default=DEFAULT_PREFETCH_HOLD_S,
+                        help="a prefetched copy nobody takes is dropped after its lease TTL, and after this at most")
     parser.add_argument("--kv-load-failure-policy", default="recompute", choices=KV_LOAD_FAILURE_POLICIES,
                         help="when the prompt's KV cannot be fetched: recompute it here, or fail the request")
     return parser
@@ -252,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     worker = build_worker(args, Role.DECODE, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        service = DecodeService(worker, kv, args.kv_link, args.kv_load_failure_policy, args.max_prefetches)
+        service = DecodeService(worker, kv, args.kv_link, args.kv_load_failure_policy, args.max_prefetches,
+                                args.prefetch_hold_s)
         decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
         return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
 

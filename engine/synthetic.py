@@ -6,7 +6,8 @@ multiplying matrices. Tokens come from a deterministic source: the answer walks 
 starting point hashed from the prompt, and ends with EOS when a hash of (previous token, position) says so (about
 one token in 200), so outputs have a realistic spread of lengths and identical inputs give identical outputs in every
 process. The KV cache is tiny (one layer, one head, two values) but real and meaningful: K holds the token id and V
-the position in the text, so a decode worker that imports the blocks continues exactly where prefill stopped.
+the position in the text, so a decode worker that imports the blocks continues exactly where prefill stopped, and the
+answer depends on the token ids alone (``SyntheticModel._pointers``), as a real model's does.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class SyntheticModel:
         self.config = ModelConfig(name=SYNTHETIC_NAME, n_layers=1, hidden=2, ffn_hidden=2, n_heads=1, n_kv_heads=1,
                                   head_dim=2, vocab_size=tokenizer.vocab_size, context_length=context_length,
                                   rope_freq_base=10000.0, rms_eps=1e-5, fingerprint="synthetic-v1")
-        self.text_ids = np.asarray(tokenizer.encode(SOURCE_TEXT), dtype=np.int64)
+        self.text_list = tokenizer.encode(SOURCE_TEXT)
         self.eos_id = tokenizer.eos_id
         self.kv_dtype = "float32"  # its KV holds token ids and text positions, which 16 bits cannot
 
@@ -50,12 +51,28 @@ class SyntheticModel:
         digest = hashlib.blake2b(f"{last}:{position}".encode(), digest_size=8).digest()
         return self.eos_id is not None and int.from_bytes(digest, "little") % MEAN_ANSWER_TOKENS == 0
 
-    def _start_pointer(self, kv: SequenceKV) -> int:
-        """From the last 16 cached token ids (K holds them) and the length: the same however the prompt was
-        chunked or which prefix came from the kvstore."""
-        recent = kv.k[0, 0, max(0, kv.length - 16):kv.length, 0].astype("<i8")
-        digest = hashlib.blake2b(recent.tobytes() + kv.length.to_bytes(8, "little"), digest_size=8).digest()
-        return int.from_bytes(digest, "little") % len(self.text_ids)
+    def _pointers(self, kv: SequenceKV, start: int, count: int) -> list[int]:
+        """V of positions ``start`` .. ``start + count - 1`` (their ids already in K): the position in the text of the
+        token that follows each. A token that is the one the text predicted after the previous position continues the
+        text (a generated token fed back); any other restarts it at a point hashed from the last 16 ids and the
+        length. So V, and every answer, is a function of the token ids alone: the same however the prompt is chunked,
+        whichever prefix came from the kvstore, and when a sequence is recomputed (preemption, resumption). (Telling
+        a decode step from a prefill by its shape took a one-token prefill after a cached prefix for a decode step.)"""
+        low = max(0, start - 15)
+        ids = kv.k[0, 0, low:start + count, 0].astype("<i8")
+        raw, tokens = ids.tobytes(), ids.tolist()
+        previous = int(kv.v[0, 0, start - 1, 1]) if start > 0 else -1
+        out = []
+        for p in range(start, start + count):
+            if previous >= 0 and tokens[p - low] == self.text_list[previous]:
+                pointer = (previous + 1) % len(self.text_list)
+            else:
+                window = raw[8 * (max(0, p - 15) - low):8 * (p + 1 - low)]
+                digest = hashlib.blake2b(window + (p + 1).to_bytes(8, "little"), digest_size=8).digest()
+                pointer = int.from_bytes(digest, "little") % len(self.text_list)
+            out.append(pointer)
+            previous = pointer
+        return out
 
     def forward(self, caches: list[SequenceKV], new_tokens: list[list[int]]) -> np.ndarray:
         logits = np.zeros((len(caches), self.config.vocab_size), dtype=np.float32)
@@ -68,12 +85,9 @@ class SyntheticModel:
             k = np.repeat(np.asarray(tokens, dtype=np.float32)[:, None, None], 2, axis=2)  # [n, 1, 2]
             kv.write(0, start, k, k)
             kv.length += len(tokens)
-            if len(tokens) == 1 and start > 0:  # decode: continue the text from the pointer stored in V
-                pointer = (int(kv.v[0, 0, start - 1, 1]) + 1) % len(self.text_ids)
-            else:
-                pointer = self._start_pointer(kv)
-            kv.v[0, 0, start:start + len(tokens), 1] = pointer  # V = (token id, position in the text)
-            choice = self.eos_id if self._is_eos(tokens[-1], kv.length) else int(self.text_ids[pointer])
+            pointers = self._pointers(kv, start, len(tokens))
+            kv.v[0, 0, start:start + len(tokens), 1] = pointers  # V = (token id, position in the text)
+            choice = self.eos_id if self._is_eos(tokens[-1], kv.length) else self.text_list[pointers[-1]]
             logits[row, choice] = 30.0
         return logits
 

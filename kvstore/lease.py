@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator
 
@@ -59,24 +60,31 @@ class KVLease:
 
     @contextlib.asynccontextmanager
     async def keep(self) -> AsyncIterator[None]:
-        """Renew the lease every third of its TTL while the body runs (a slow fetch, a long wait)."""
-        if self.kv is None or not self.lease_id or self.ttl_s <= 0:
+        """Keep the lease renewed while the body runs (a slow fetch, a long wait): at once, then every third of its
+        TTL. A renewal may take until the lease would expire (a busy kvstore answers late, not never), and one that
+        fails is tried again soon, not a period later."""
+        if self.kv is None or not self.lease_id or not 0 < self.ttl_s < math.inf:
             yield
             return
-
-        async def renew_forever() -> None:
-            while True:
-                await asyncio.sleep(self.ttl_s / 3)
-                try:
-                    await self.kv.renew(self.lease_id, self.ttl_s, timeout=self.ttl_s / 3)
-                except grpc.aio.AioRpcError as exc:
-                    log.warning("lease %s not renewed: %s", self.lease_id, exc.details())
-
-        task = asyncio.create_task(renew_forever())
+        task = asyncio.create_task(self._renew_forever())
         try:
             yield
         finally:
             task.cancel()
+
+    async def _renew_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        expires = loop.time() + self.ttl_s  # at the latest: whoever stored the blocks set it before now
+        while True:
+            sent = loop.time()
+            try:
+                await self.kv.renew(self.lease_id, self.ttl_s, timeout=max(0.1, expires - sent))
+            except grpc.aio.AioRpcError as exc:
+                log.warning("lease %s not renewed: %s", self.lease_id, exc.details())
+                await asyncio.sleep(min(self.ttl_s / 10, max(0.0, expires - loop.time()) / 4) or 0.05)
+                continue
+            expires = sent + self.ttl_s  # the kvstore moved the deadline after ``sent``
+            await asyncio.sleep(max(0.0, expires - self.ttl_s * 2 / 3 - loop.time()))
 
     def hand_over(self) -> None:
         """The lease goes on to another holder (decode, through the KV handle): leaving the block keeps it."""

@@ -13,7 +13,7 @@ from pdserve.common.tls import configure_from_args
 from pdserve.kvstore.faults import KVStoreFaultsService
 from pdserve.kvstore.memory import keep_freed_memory
 from pdserve.kvstore.server import KVStoreService
-from pdserve.kvstore.store import DEFAULT_CAPACITY_MB, BlockStore
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB, DEFAULT_MAX_BLOCKS, BlockStore
 from pdserve.kvstore.wire import decoder, serialize
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
@@ -46,7 +46,10 @@ def add_to_server(service: KVStoreService, server: grpc.aio.Server) -> None:
 
 def build_parser() -> FlagParser:
     parser = service_parser("kvstore", 50051)
-    parser.add_argument("--capacity-mb", type=float, default=DEFAULT_CAPACITY_MB, help="byte budget for blocks, in MiB")
+    parser.add_argument("--capacity-mb", type=float, default=DEFAULT_CAPACITY_MB,
+                        help="memory budget in MiB: blocks with their overhead, lease bookkeeping, Puts arriving")
+    parser.add_argument("--max-blocks", type=int, default=DEFAULT_MAX_BLOCKS, help="blocks held at most, whatever "
+                        "their size (the least recently used unleased block makes room)")
     parser.add_argument("--enable-fault-injection", action="store_true", env=False,
                         help="serve pdserve.testing.v1.KVStoreFaults (tests only; never from the environment)")
     parser.add_argument("--kv-shm", action="store_true",
@@ -60,7 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level)
     configure_from_args(args)
     keep_freed_memory()
-    store = BlockStore(int(args.capacity_mb * (1 << 20)))
+    if not args.capacity_mb > 0 or args.max_blocks < 1:
+        raise SystemExit("--capacity-mb and --max-blocks: must be positive")
+    store = BlockStore(int(args.capacity_mb * (1 << 20)), max_blocks=args.max_blocks)
     service = KVStoreService(store, args.kv_shm)
     set_process_info("kvstore")
 

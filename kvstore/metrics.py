@@ -6,7 +6,9 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from pdserve.common.metrics import RPC_BUCKETS
 
-BYTES_USED = Gauge("pdserve_kvstore_used_bytes", "Bytes of KV blocks held")
+BYTES_USED = Gauge("pdserve_kvstore_used_bytes",
+                   "Bytes of the budget in use: blocks with their overhead, lease bookkeeping, Puts still arriving")
+PUTS_ARRIVING = Gauge("pdserve_kvstore_put_arriving_bytes", "Bytes of blocks whose Put is still arriving (charged)")
 CAPACITY = Gauge("pdserve_kvstore_capacity_bytes", "Byte budget of this kvstore")
 BLOCKS = Gauge("pdserve_kvstore_blocks", "Blocks held")
 LEASED = Gauge("pdserve_kvstore_leased_blocks", "Blocks held by at least one lease")

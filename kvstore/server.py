@@ -12,6 +12,7 @@ import grpc
 
 from pdserve.common.status import abort_code, abort_exhausted
 from pdserve.kvstore import metrics, shm
+from pdserve.kvstore.put import PutRPC
 from pdserve.kvstore.store import (
     MAX_LEASE_TTL_S,
     MAX_WAIT_S,
@@ -22,19 +23,18 @@ from pdserve.kvstore.store import (
     UnknownBlock,
     block_views,
 )
-from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of
+from pdserve.kvstore.wire import chunks_of
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore")
 
 MAX_KEY_CHARS = 256
 MAX_KEYS_PER_CALL = 65536
-MAX_DTYPE_CHARS = 16  # BlockHeader.kv_dtype: a name such as "bfloat16", stored with the block
 
 OPS = ("put", "get", "lookup", "acquire", "renew", "release")
 
 
-class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
+class KVStoreService(PutRPC, kvstore_pb2_grpc.KVStoreServicer):
     def __init__(self, store: BlockStore, shm_enabled: bool = False) -> None:
         self.store = store
         self.shm_enabled = shm_enabled
@@ -55,6 +55,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         metrics.BLOCKS.set(len(self.store.blocks))
         metrics.LEASED.set(self.store.leased_blocks)
         metrics.LEASES.set(len(self.store.leases))
+        metrics.PUTS_ARRIVING.set(self.store.reserved)
 
     @staticmethod
     async def _check_keys(keys, context) -> list[str]:
@@ -78,93 +79,6 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
     def _count_lookup(op: str, asked: int, found: int) -> None:
         metrics.HITS.labels(op).inc(found)
         metrics.MISSES.labels(op).inc(asked - found)
-
-    async def Put(self, request_iterator, context):
-        with metrics.OP_SECONDS.labels("put").time():
-            return await self._put(request_iterator, context)
-
-    async def _put(self, request_iterator, context):
-        stored = duplicates = 0
-        lease_id, ttl = "", 0.0
-        header: kvstore_pb2.BlockHeader | None = None
-        block: BlockAssembler | None = None
-        shm_fd: int | None = None
-
-        async def store_block(h: kvstore_pb2.BlockHeader, data, computed_crc32: int | None) -> None:
-            nonlocal stored, duplicates
-            try:
-                new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32, h.kv_dtype)
-            except ChecksumMismatch as exc:
-                metrics.CHECKSUM_FAILURES.inc()
-                await context.abort(grpc.StatusCode.DATA_LOSS, f"data: {exc}")
-            except StoreFull as exc:
-                await abort_exhausted(context, str(exc))
-            stored += new
-            duplicates += not new
-            metrics.PUT_BYTES.inc(h.nbytes)
-            self._notify()
-
-        async def finish_block() -> None:
-            nonlocal header, block
-            if not block.complete:
-                await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"data: block {header.key} got {block.received} of {header.nbytes} bytes")
-            await store_block(header, block.block(), block.crc32)
-            header = block = None
-
-        first = True
-        try:
-            async for chunk in request_iterator:
-                if first:
-                    lease_id, first = chunk.lease_id, False
-                    ttl = await self._check_ttl(chunk.lease_ttl_s, context, required=bool(lease_id))
-                    if chunk.shm_name:
-                        shm_fd = await self._open_shm(chunk.shm_name, False, context)
-                if chunk.HasField("header"):
-                    if header is not None:
-                        await finish_block()
-                    h = chunk.header
-                    await self._check_header(h, context)
-                    if shm_fd is None:
-                        header, block = h, BlockAssembler(h.nbytes)
-                        if (isinstance(chunk, InlineBlock) or h.data) and not block.add(
-                                chunk if isinstance(chunk, InlineBlock) else h):
-                            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                             f"header.data: block {h.key} exceeds its declared {h.nbytes} bytes")
-                        continue
-                    data = shm.read_block(shm_fd, h.shm_offset, h.nbytes)
-                    if len(data) != h.nbytes:
-                        await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                         f"header.shm_offset: block {h.key} lies past the end of the shm file")
-                    await store_block(h, data, None)
-                    self._count_shm(h.nbytes)
-                elif chunk.HasField("data"):
-                    if header is None:
-                        await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                         "data: sent before any header" if shm_fd is None else
-                                         "data: a Put through shm sends headers only")
-                    if not block.add(chunk):
-                        await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                         f"data: block {header.key} exceeds its declared {header.nbytes} bytes")
-            if header is not None:
-                await finish_block()
-        finally:
-            if shm_fd is not None:
-                os.close(shm_fd)
-        self._update_gauges()
-        return kvstore_pb2.PutReply(stored=stored, duplicates=duplicates)
-
-    async def _check_header(self, h: kvstore_pb2.BlockHeader, context) -> None:
-        await self._check_keys([h.key], context)
-        if not 1 <= h.token_count <= 1 << 20:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                             f"header.token_count: must be at least 1, got {h.token_count}")
-        if not 0 < h.nbytes <= MAX_BLOCK_BYTES:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                             f"header.nbytes: must be in 1..{MAX_BLOCK_BYTES}, got {h.nbytes}")
-        if len(h.kv_dtype) > MAX_DTYPE_CHARS or (h.kv_dtype and not h.kv_dtype.isalnum()):
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                             f"header.kv_dtype: at most {MAX_DTYPE_CHARS} letters and digits")
 
     async def _open_shm(self, name: str, writable: bool, context) -> int:
         if not self.shm_enabled:
@@ -267,7 +181,10 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
         ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
         with metrics.OP_SECONDS.labels("acquire").time():
-            n = self.store.acquire(keys, request.lease_id, ttl)
+            try:
+                n = self.store.acquire(keys, request.lease_id, ttl)
+            except StoreFull as exc:
+                await abort_exhausted(context, f"lease_id: {exc}")
         self._count_lookup("acquire", len(keys), n)
         self._update_gauges()
         return kvstore_pb2.LookupReply(present_prefix=n)

@@ -3,10 +3,18 @@
 Blocks are immutable byte strings under a key. Leased blocks are never evicted; a lease expires at its deadline unless
 renewed, and releasing it frees its blocks for eviction. Every block carries the CRC32 its writer computed, checked on
 the way in and again on every read: a block whose bytes no longer match is dropped and reported, never served.
+
+The byte budget is the store's memory, not only its payload: each block is charged its bytes as held (the messages
+that carried them), its key and a fixed overhead for the Python objects around it; each lease and each block a lease
+holds are charged too, and so are the bytes of Puts still arriving (:meth:`reserve`). A block count limit bounds the
+bookkeeping of tiny blocks. Every count is kept as it changes: no operation walks the whole store (eviction takes
+unleased blocks from the front of their own LRU order, expiry takes leases from a heap by deadline). The file is one
+class past 300 lines because those counters change together and are easier to check in one place.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 
 try:  # the same CRC32, computed with carry-less multiply instructions: several times zlib's speed
@@ -23,6 +31,14 @@ MAX_LEASE_TTL_S = 3600.0
 MAX_WAIT_S = 600.0  # the longest a Get waits for blocks still being written
 RELEASED_KEPT = 100_000  # released lease ids remembered, so a Put or Acquire racing a release cannot revive one
 DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told otherwise
+DEFAULT_MAX_BLOCKS = 1 << 20  # blocks one shard holds at most, whatever their size
+MAX_LEASES = 100_000  # live leases at once (one per request waiting for decode, and one per extra sample)
+# Memory charged per block beyond its bytes, and per lease and per block a lease holds: the Python objects around them
+# (measured with tracemalloc by tests/unit/test_kvstore.py, which fails if the real cost exceeds these)
+BLOCK_OVERHEAD_BYTES = 640
+BYTES_OBJECT_OVERHEAD = 48  # a bytes object's header and allocator rounding, per message a block is held in
+LEASE_OVERHEAD_BYTES = 512
+LEASE_ENTRY_BYTES = 288
 
 
 class StoreFull(Exception):
@@ -37,17 +53,18 @@ class UnknownBlock(KeyError):
     pass
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
     key: str
     token_count: int
     data: bytes  # or any object of that length that checksum() reads (the kvstore keeps a kvstore.wire.WireBlock)
     crc32: int
-    leases: set[str] = field(default_factory=set)
+    charge: int = 0  # bytes of the budget it takes (block_charge)
+    leases: set[str] | None = None  # made with the first lease: most blocks are never leased twice
     kv_dtype: str = ""  # the writer's (BlockHeader.kv_dtype), sent back with the block
 
 
-@dataclass
+@dataclass(slots=True)
 class Lease:
     expires_at: float
     keys: set[str] = field(default_factory=set)
@@ -68,42 +85,124 @@ def checksum(data, previous: int = 0) -> int:
     return previous & 0xFFFFFFFF
 
 
+def held_bytes(data) -> int:
+    """The memory ``data`` keeps alive: a kvstore.wire.WireBlock holds whole messages (headers and all)."""
+    messages = getattr(data, "messages", None)
+    if messages is None:
+        return len(data) + BYTES_OBJECT_OVERHEAD
+    return sum(len(m) + BYTES_OBJECT_OVERHEAD for m in messages)
+
+
+def block_charge(key: str, data) -> int:
+    """What a block costs the budget: its bytes as held, its key, and the objects that keep it."""
+    return held_bytes(data) + len(key) + BLOCK_OVERHEAD_BYTES
+
+
 class BlockStore:
-    def __init__(self, capacity_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, capacity_bytes: int, clock: Callable[[], float] = time.monotonic,
+                 max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
         self.capacity_bytes = capacity_bytes
+        self.max_blocks = max_blocks
         self.clock = clock
-        self.blocks: OrderedDict[str, Block] = OrderedDict()  # least recently used first
+        self.blocks: dict[str, Block] = {}
+        self.evictable: OrderedDict[str, None] = OrderedDict()  # unleased blocks, least recently used first
         self.leases: dict[str, Lease] = {}
+        self._deadlines: list[tuple[float, str]] = []  # (expires_at, lease id) heap; renewed leases leave stale rows
         self.released: OrderedDict[str, None] = OrderedDict()  # recently released lease ids, oldest first
-        self.bytes_used = 0
+        self.bytes_used = 0  # everything charged: blocks, leases, Puts still arriving
+        self.reserved = 0  # the part of it that Puts still arriving hold
+        self.leased_blocks = 0  # blocks held by at least one lease
         self.evictions = 0
         self.checksum_failures = 0
+
+    # --- the budget -------------------------------------------------------------------------------------------------
+    def _make_room(self, nbytes: int, new_blocks: int = 0) -> None:
+        """Evict unleased blocks, least recently used first, until ``nbytes`` more (and ``new_blocks`` more blocks)
+        fit; StoreFull when they cannot."""
+        if nbytes > self.capacity_bytes:
+            raise StoreFull(f"{nbytes} bytes exceed the capacity of {self.capacity_bytes} bytes")
+
+        def fits() -> bool:
+            return (self.bytes_used + nbytes <= self.capacity_bytes
+                    and len(self.blocks) + new_blocks <= self.max_blocks)
+
+        if fits():
+            return
+        self.expire_leases()
+        while not fits() and self.evictable:
+            self._drop(next(iter(self.evictable)))
+            self.evictions += 1
+        if not fits():
+            raise StoreFull(f"kvstore full: {self.bytes_used} of {self.capacity_bytes} bytes and {len(self.blocks)} "
+                            f"of {self.max_blocks} blocks are leased or being written")
+
+    def reserve(self, nbytes: int) -> None:
+        """Charge the bytes of a Put still arriving (evicting to make room); StoreFull when they cannot fit."""
+        self._make_room(nbytes)
+        self.bytes_used += nbytes
+        self.reserved += nbytes
+
+    def unreserve(self, nbytes: int) -> None:
+        self.bytes_used -= nbytes
+        self.reserved -= nbytes
 
     # --- leases ---------------------------------------------------------------------------------------------------
     def expire_leases(self) -> int:
         now = self.clock()
-        expired = [lid for lid, lease in self.leases.items() if lease.expires_at <= now]
-        for lid in expired:
-            self._drop_lease(lid)
-        return len(expired)
+        expired = 0
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, lease_id = heapq.heappop(self._deadlines)
+            lease = self.leases.get(lease_id)
+            if lease is not None and lease.expires_at <= now:  # (a renewed lease has a later row)
+                self._drop_lease(lease_id)
+                expired += 1
+        return expired
 
-    def _lease(self, lease_id: str, ttl_s: float, key: str) -> None:
+    def _set_deadline(self, lease_id: str, lease: Lease, expires_at: float) -> None:
+        lease.expires_at = expires_at
+        heapq.heappush(self._deadlines, (expires_at, lease_id))
+        if len(self._deadlines) > 4 * len(self.leases) + 1024:  # rows of renewed or gone leases: rebuild
+            self._deadlines = [(lease.expires_at, lid) for lid, lease in self.leases.items()]
+            heapq.heapify(self._deadlines)
+
+    def _lease(self, lease_id: str, ttl_s: float, keys: list[str]) -> None:
+        """Add ``keys`` (stored blocks) to a lease, creating it; its deadline moves to at least now + ``ttl_s``."""
         if lease_id in self.released:  # the holder already gave it up (e.g. a cancelled request's Put arriving late)
             return
         lease = self.leases.get(lease_id)
+        new_keys = [k for k in keys if lease is None or k not in lease.keys]
+        charge = LEASE_ENTRY_BYTES * len(new_keys) + (LEASE_OVERHEAD_BYTES if lease is None else 0)
+        if lease is None and len(self.leases) >= MAX_LEASES:
+            raise StoreFull(f"kvstore holds {MAX_LEASES} leases, its limit")
+        pinned = [k for k in new_keys if k in self.evictable]  # not evicted to make room for their own lease
+        for key in pinned:
+            del self.evictable[key]
+        try:
+            self._make_room(charge)
+        except StoreFull:
+            self.evictable.update(dict.fromkeys(pinned))
+            raise
+        self.bytes_used += charge
+        deadline = self.clock() + ttl_s
         if lease is None:
-            lease = self.leases[lease_id] = Lease(self.clock() + ttl_s)
-        else:
-            lease.expires_at = max(lease.expires_at, self.clock() + ttl_s)
-        lease.keys.add(key)
-        self.blocks[key].leases.add(lease_id)
+            lease = self.leases[lease_id] = Lease(deadline)
+            self._set_deadline(lease_id, lease, deadline)
+        elif deadline > lease.expires_at:
+            self._set_deadline(lease_id, lease, deadline)
+        for key in new_keys:
+            lease.keys.add(key)
+            block = self.blocks[key]
+            if not block.leases:
+                block.leases = block.leases if block.leases is not None else set()
+                self.leased_blocks += 1
+            block.leases.add(lease_id)
 
     def renew(self, lease_id: str, ttl_s: float) -> int:
         self.expire_leases()
         lease = self.leases.get(lease_id)
         if lease is None:
             return 0
-        lease.expires_at = self.clock() + ttl_s
+        self._set_deadline(lease_id, lease, self.clock() + ttl_s)
         return len(lease.keys)
 
     def release(self, lease_id: str) -> int:
@@ -119,39 +218,31 @@ class BlockStore:
         if lease is None:
             return 0
         for key in lease.keys:
-            block = self.blocks.get(key)
-            if block is not None:
-                block.leases.discard(lease_id)
+            self._unlease_block(key, lease_id)
+        self.bytes_used -= LEASE_OVERHEAD_BYTES + LEASE_ENTRY_BYTES * len(lease.keys)
         return len(lease.keys)
 
-    @property
-    def leased_blocks(self) -> int:
-        return sum(1 for b in self.blocks.values() if b.leases)
+    def _unlease_block(self, key: str, lease_id: str) -> None:
+        block = self.blocks.get(key)
+        if block is None or not block.leases or lease_id not in block.leases:
+            return
+        block.leases.discard(lease_id)
+        if not block.leases:
+            self.leased_blocks -= 1
+            self.evictable[key] = None  # evictable again, as the most recently used
 
     # --- blocks ---------------------------------------------------------------------------------------------------
-    def _make_room(self, nbytes: int) -> None:
-        if nbytes > self.capacity_bytes:
-            raise StoreFull(f"a block of {nbytes} bytes exceeds the capacity of {self.capacity_bytes} bytes")
-        if self.bytes_used + nbytes <= self.capacity_bytes:
-            return
-        self.expire_leases()
-        for key in list(self.blocks):
-            if self.bytes_used + nbytes <= self.capacity_bytes:
-                break
-            block = self.blocks[key]
-            if not block.leases:
-                self._drop(key)
-                self.evictions += 1
-        if self.bytes_used + nbytes > self.capacity_bytes:
-            raise StoreFull(f"kvstore full: {self.bytes_used} of {self.capacity_bytes} bytes are leased")
-
     def _drop(self, key: str) -> None:
         block = self.blocks.pop(key)
-        self.bytes_used -= len(block.data)
-        for lid in block.leases:
-            lease = self.leases.get(lid)
-            if lease is not None:
-                lease.keys.discard(key)
+        self.bytes_used -= block.charge
+        self.evictable.pop(key, None)
+        if block.leases:
+            self.leased_blocks -= 1
+            for lid in block.leases:
+                lease = self.leases.get(lid)
+                if lease is not None:
+                    lease.keys.discard(key)
+                    self.bytes_used -= LEASE_ENTRY_BYTES
 
     def put(self, key: str, token_count: int, data: bytes, crc32: int, lease_id: str = "",
             lease_ttl_s: float = 0.0, computed_crc32: int | None = None, kv_dtype: str = "") -> bool:
@@ -164,14 +255,31 @@ class BlockStore:
             raise ChecksumMismatch(f"block {key}: received bytes do not match crc32 {crc32:#010x}")
         existing = self.blocks.get(key)
         if existing is None:
-            self._make_room(len(data))
-            self.blocks[key] = Block(key, token_count, data, crc32, kv_dtype=kv_dtype)
-            self.bytes_used += len(data)
-        else:
-            self.blocks.move_to_end(key)
+            charge = block_charge(key, data)
+            self._make_room(charge, new_blocks=1)
+            self.blocks[key] = Block(key, token_count, data, crc32, charge, kv_dtype=kv_dtype)
+            self.evictable[key] = None
+            self.bytes_used += charge
+        elif key in self.evictable:
+            self.evictable.move_to_end(key)
         if lease_id:
-            self._lease(lease_id, lease_ttl_s, key)
+            try:
+                self._lease(lease_id, lease_ttl_s, [key])
+            except StoreFull:
+                if existing is None:
+                    self._drop(key)
+                raise
         return existing is None
+
+    def discard_new(self, keys: list[str], lease_id: str) -> int:
+        """Undo a failed Put: drop the blocks it stored (``keys``) that no other lease holds; returns how many."""
+        dropped = 0
+        for key in keys:
+            block = self.blocks.get(key)
+            if block is not None and (not block.leases or block.leases <= {lease_id}):
+                self._drop(key)
+                dropped += 1
+        return dropped
 
     def get(self, key: str) -> Block:
         block = self.blocks.get(key)
@@ -181,7 +289,8 @@ class BlockStore:
             self.checksum_failures += 1
             self._drop(key)
             raise ChecksumMismatch(f"block {key} failed its checksum and was dropped")
-        self.blocks.move_to_end(key)
+        if key in self.evictable:
+            self.evictable.move_to_end(key)
         return block
 
     def present_prefix(self, keys: list[str]) -> int:
@@ -192,8 +301,10 @@ class BlockStore:
         self.expire_leases()
         n = self.present_prefix(keys)
         for key in keys[:n]:
-            self.blocks.move_to_end(key)
-            self._lease(lease_id, ttl_s, key)
+            if key in self.evictable:
+                self.evictable.move_to_end(key)
+        if n:
+            self._lease(lease_id, ttl_s, keys[:n])
         return n
 
     def corrupt(self, key: str) -> None:

@@ -228,6 +228,15 @@ def chunks_of(header: kvstore_pb2.BlockHeader, data, message_type) -> Iterator:
         yield from _encode_chunks(data)
 
 
+def chunk_bytes(message) -> int:
+    """The bytes a received message will keep alive once its block's data is taken from it."""
+    if isinstance(message, InlineBlock):
+        return len(message.part.raw)
+    if isinstance(message, DataPart):
+        return len(message.raw)
+    return len(message.data) + 8  # re-encoded as a data message (BlockAssembler.add)
+
+
 class BlockAssembler:
     """Collects one block's data as it arrives, computing the CRC32 on the way; copies nothing it was handed whole."""
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pdserve.launcher.stack import Stack
 
-JOBS = {"router": "router", "kvstore": "kvstore", "prefill_server": "prefill", "decode_server": "decode"}
+JOBS = {"router": "router", "kvstore": "kvstore", "prefill_server": "prefill", "decode_server": "decode",
+        "openai_server": "openai"}
 
 
 def scrape_config(stack: Stack, scrape_interval_s: float = 5.0, rule_files: list[str] | None = None) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 
 from pdserve.common.readiness import grpc_serving, http_ok, wait_for
+from pdserve.common.server import PARENT_ENV
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 
@@ -60,7 +61,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 # Fixed metrics ports: base + offset + index. (first offset, how many processes of that kind fit)
-METRICS_OFFSETS = {"router": (0, 1), "kvstore": (10, 10), "prefill_server": (20, 30), "decode_server": (50, 50)}
+METRICS_OFFSETS = {"router": (0, 1), "openai_server": (1, 1), "kvstore": (10, 10), "prefill_server": (20, 30),
+                   "decode_server": (50, 50)}
 DEFAULT_METRICS_BASE_PORT = 9400
 
 
@@ -116,11 +118,19 @@ class Process:
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        return self.popen.pid if self.popen is not None else 0
+
 
 class Stack:
-    def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False) -> None:
+    def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False,
+                 tied: bool = False) -> None:
+        """``tied``: the services stop when this process dies, even by SIGKILL (``pdserve up``; every launch must
+        then come from the main thread, whose exit the kernel watches)."""
         self.spec = spec
         self.inherit_output = inherit_output
+        self.tied = tied
         self.owns_log_dir = log_dir is None  # a directory of its own is removed at stop (logs, the stack's CA)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdserve-logs-"))
         self.processes: list[Process] = []
@@ -213,6 +223,8 @@ class Stack:
         env.setdefault("OPENBLAS_NUM_THREADS", str(threads))
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
+        if self.tied:
+            env[PARENT_ENV] = str(os.getpid())
         return env
 
     def start(self, timeout_s: float = 120.0) -> "Stack":
@@ -221,14 +233,14 @@ class Stack:
         try:
             for stage in self._stages():
                 for p in stage:
-                    self._launch(p)
+                    self.launch(p)
                 self.wait_ready(stage, deadline)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _launch(self, p: Process) -> None:
+    def launch(self, p: Process) -> None:
         env = self._env()
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -248,7 +260,7 @@ class Stack:
     def restart(self, p: Process, sig: int = signal.SIGTERM, timeout_s: float = 120.0) -> None:
         """Stop one process (SIGTERM: it drains first) and start it again on the same port, SERVING on return."""
         self.kill(p, sig, timeout_s)
-        self._launch(p)
+        self.launch(p)
         self.wait_ready([p], time.monotonic() + timeout_s)
 
     def _stages(self) -> list[list[Process]]:
@@ -260,12 +272,14 @@ class Stack:
             self._wait_one(p, deadline)
 
     def _wait_one(self, p: Process, deadline: float) -> None:
-        if p is self.edge:  # the HTTP edge is ready when its /health answers 200 (it asks the router)
-            probe, what = (lambda: http_ok(f"{self.http_url}/health")), f"{p.name} ready"
-        else:
-            credentials = self.credentials()
-            probe, what = (lambda: grpc_serving(p.target, credentials)), f"{p.name} SERVING"
-        wait_for(probe, max(0.0, deadline - time.monotonic()), what, p.popen, lambda: self.log_tail(p))
+        what = f"{p.name} ready" if p is self.edge else f"{p.name} SERVING"
+        wait_for(lambda: self.ready(p), max(0.0, deadline - time.monotonic()), what, p.popen, lambda: self.log_tail(p))
+
+    def ready(self, p: Process, timeout_s: float = 1.0) -> bool:
+        """One probe: grpc.health.v1 SERVING, or for the HTTP edge /health answering 200 (it asks the router)."""
+        if p is self.edge:
+            return http_ok(f"{self.http_url}/health", timeout_s)
+        return grpc_serving(p.target, self.credentials(), timeout_s)
 
     @property
     def http_url(self) -> str:

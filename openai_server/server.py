@@ -11,7 +11,7 @@ import uvicorn
 from prometheus_client import start_http_server
 
 from pdserve.common.config import service_parser
-from pdserve.common.server import setup_logging
+from pdserve.common.server import follow_parent, setup_logging
 from pdserve.common.tls import configure_from_args
 from pdserve.openai_server.app import create_app
 
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retry-after-s", type=int, default=1, help="Retry-After of a 429 (router at its limit)")
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
+    follow_parent()
     tls = configure_from_args(args)
     if args.metrics_port:  # /metrics is also on the HTTP port; this mirrors the other services' flag
         start_http_server(args.metrics_port, addr=args.host)

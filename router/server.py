@@ -14,6 +14,7 @@ from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token
 from pdserve.router.metrics import init_labels
 from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
+from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS
 from pdserve.router.service import RouterConfig, RouterService
 from pdserve.router.workers import decode_pool, prefill_pool, split_target
 from pdserve.v1 import router_pb2, router_pb2_grpc
@@ -30,6 +31,11 @@ def build_parser() -> FlagParser:
     parser.add_argument("--colocated", action="store_true",
                         help="send each request to one decode worker that prefills locally (no kvstore)")
     parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-prompt-chars", type=int, default=MAX_PROMPT_CHARS,
+                        help="characters of one prompt (all its messages) at most; lower still where no more could "
+                             "fit the context (the context length x the longest token's bytes)")
+    parser.add_argument("--tokenizer-workers", type=int, default=DEFAULT_TOKENIZER_WORKERS,
+                        help="threads that render chat templates and tokenize, off the event loop")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
                         help="how long prefilled KV waits for decode")
     parser.add_argument("--no-decode-prefetch", dest="decode_prefetch", action="store_false",
@@ -64,13 +70,16 @@ def main(argv: list[str] | None = None) -> None:
     token = load_token(args.auth_token_file)
     if args.max_streams_per_connection < 1:
         raise SystemExit("--max-streams-per-connection: must be at least 1")
+    if args.max_prompt_chars < 1 or args.tokenizer_workers < 1:
+        raise SystemExit("--max-prompt-chars and --tokenizer-workers: must be at least 1")
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(
         model_name=args.served_model_name or default_name,
         context_length=model_config.context_length, fingerprint=model_config.fingerprint,
         block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
         lease_ttl_s=args.lease_ttl_s, decode_resumes=args.decode_resumes,
-        decode_prefetch=args.decode_prefetch, kv_dtype=args.kv_dtype)
+        decode_prefetch=args.decode_prefetch, kv_dtype=args.kv_dtype, max_prompt_chars=args.max_prompt_chars,
+        tokenizer_workers=args.tokenizer_workers)
     set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
 
     async def run() -> None:

@@ -24,7 +24,7 @@ from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
-from pdserve.router.prompt import RequestValidator
+from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, RequestValidator, TokenizerBusy
 from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
 from pdserve.router.tokenize import TokenizeRPCs
@@ -49,6 +49,8 @@ class RouterConfig:
     decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
     decode_prefetch: bool = True  # a decode worker imports the KV while prefill computes it (Decode.Prefetch)
     kv_dtype: str = DEFAULT_KV_DTYPE  # the workers' (names the blocks: the router predicts their keys)
+    max_prompt_chars: int = MAX_PROMPT_CHARS  # a cap on the limit the context already sets (router/prompt.py)
+    tokenizer_workers: int = DEFAULT_TOKENIZER_WORKERS
 
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
@@ -56,7 +58,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                  policy: PrefillPolicy, kv: KVStoreClient | None) -> None:
         self.config = config
         self.tokenizer = tokenizer
-        self.validator = RequestValidator(tokenizer, config.model_name, config.context_length)
+        self.validator = RequestValidator(tokenizer, config.model_name, config.context_length, config.max_prompt_chars,
+                                          config.tokenizer_workers, max_pending=config.max_inflight)
         self.prefill = prefill
         self.decode = decode
         self.policy = policy
@@ -81,6 +84,11 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         await context.abort(status.code, status.details,
                             tuple(status.trailing_metadata) + (("retry-after-ms", str(after_ms)),))
 
+    async def _shed_if_full(self, context) -> None:
+        if self.inflight >= self.config.max_inflight:
+            await self._shed(context, "router_full",
+                             f"router is at its limit of {self.config.max_inflight} requests in flight")
+
     async def ListModels(self, request, context):
         c = self.config
         return router_pb2.ListModelsResponse(models=[router_pb2.ModelCard(
@@ -89,16 +97,17 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
 
     async def Generate(self, request, context):
         request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
+        await self._shed_if_full(context)  # before tokenizing: a full router does not spend time on the prompt
         try:
             if request_id:
                 check_request_id(request_id)
-            ids, params = self.validator.validate(request)
+            ids, params = await self.validator.validate(request)  # the tokenizing in a thread pool
         except InvalidParameter as exc:
             REJECTED.labels("invalid").inc()
             await abort_invalid(context, exc)
-        if self.inflight >= self.config.max_inflight:
-            await self._shed(context, "router_full",
-                             f"router is at its limit of {self.config.max_inflight} requests in flight")
+        except TokenizerBusy as exc:
+            await self._shed(context, "router_full", str(exc))
+        await self._shed_if_full(context)  # again: others were admitted while this one was tokenized
         if request_id in self.active:
             REJECTED.labels("duplicate_id").inc()
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")

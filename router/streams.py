@@ -2,6 +2,9 @@
 
 Each source runs in its own task; when the merge stops early (a failure, the client gone) the other tasks are
 cancelled, and with them their upstream gRPC calls (relay_decode's ``finally``): the workers free those sequences.
+The queue between the sources and the reader holds at most ``PER_SOURCE`` items a source: when the client reads slowly
+the sources stop reading their upstream streams (gRPC flow control then holds the workers' sends), instead of the
+router buffering every sample's whole answer.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 _END = object()
+PER_SOURCE = 4
 
 
 async def merge(sources: list[AsyncIterator[T]]) -> AsyncIterator[T]:
@@ -24,15 +28,17 @@ async def merge(sources: list[AsyncIterator[T]]) -> AsyncIterator[T]:
         async for item in sources[0]:
             yield item
         return
-    queue: asyncio.Queue = asyncio.Queue()
+    queue: asyncio.Queue = asyncio.Queue(maxsize=PER_SOURCE * len(sources))
 
     async def pump(source: AsyncIterator[T]) -> None:
         try:
             async for item in source:
-                queue.put_nowait((item, None))
-            queue.put_nowait((_END, None))
+                await queue.put((item, None))  # waits while the reader is behind
+            await queue.put((_END, None))
         except (Exception, asyncio.CancelledError) as exc:
-            queue.put_nowait((_END, exc))
+            if asyncio.current_task().cancelling():  # the merge itself is closing: nobody reads any more
+                raise
+            await queue.put((_END, exc))  # (cancelled while waiting, if the merge closes meanwhile)
             if isinstance(exc, asyncio.CancelledError):
                 raise
 

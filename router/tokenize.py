@@ -1,13 +1,15 @@
 """Tokenize / Detokenize RPCs: clients that send token ids need not rebuild the tokenizer or the chat template.
 
 A mixin of :class:`router.service.RouterService`: it uses the service's ``tokenizer``, ``config`` and its prompt
-validation (``validator.prompt_ids``), so a prompt tokenizes here exactly as ``Generate`` tokenizes it.
+validation (``validator.check_size``, ``validator.prompt_ids``), so a prompt tokenizes here exactly as ``Generate``
+tokenizes it, off the event loop as there.
 """
 
 from __future__ import annotations
 
-from pdserve.common.status import abort_invalid
+from pdserve.common.status import abort_exhausted, abort_invalid
 from pdserve.engine.params import InvalidParameter, check_token_ids
+from pdserve.router.prompt import TokenizerBusy
 from pdserve.v1 import router_pb2
 
 MAX_DETOKENIZE_IDS = 1_000_000
@@ -19,27 +21,28 @@ class TokenizeRPCs:
             raise InvalidParameter("model", f"unknown model {model!r}; this router serves {self.config.model_name!r}")
 
     def _tokenize(self, request: router_pb2.TokenizeRequest) -> list[int]:
-        self._check_model(request.model)
+        """Token ids of a request whose size was checked (runs in the tokenizer pool)."""
         kind = request.WhichOneof("prompt")
-        as_generate = router_pb2.GenerateRequest()
         if kind == "text":
-            as_generate.text = request.text
-        elif kind == "chat":
-            as_generate.chat.CopyFrom(request.chat)
-        ids = self.validator.prompt_ids(as_generate)  # Generate's checks (sizes, roles) and its tokenization
-        if kind == "text" and request.HasField("add_special_tokens"):
-            ids = self.tokenizer.encode(request.text, add_bos=request.add_special_tokens)
-        elif kind == "chat" and request.HasField("add_generation_prompt") and not request.add_generation_prompt:
+            add_bos = request.add_special_tokens if request.HasField("add_special_tokens") else None
+            return self.tokenizer.encode(request.text, add_bos=add_bos)
+        if request.HasField("add_generation_prompt") and not request.add_generation_prompt:
             messages = [{"role": m.role, "content": m.content} for m in request.chat.messages]
-            ids = self.tokenizer.encode(self.tokenizer.render_chat(messages, add_generation_prompt=False),
-                                        add_bos=False)
-        return ids
+            return self.tokenizer.encode(self.tokenizer.render_chat(messages, add_generation_prompt=False),
+                                         add_bos=False)
+        as_generate = router_pb2.GenerateRequest()
+        as_generate.chat.CopyFrom(request.chat)
+        return self.validator.prompt_ids(as_generate)  # Generate's tokenization
 
     async def Tokenize(self, request, context):
         try:
-            ids = self._tokenize(request)
+            self._check_model(request.model)
+            self.validator.check_size(request)  # Generate's checks (sizes, roles), before any tokenizing
+            ids = await self.validator.off_loop(self._tokenize, request)
         except InvalidParameter as exc:
             await abort_invalid(context, exc)
+        except TokenizerBusy as exc:
+            await abort_exhausted(context, str(exc))
         return router_pb2.TokenizeResponse(token_ids=ids, count=len(ids), context_length=self.config.context_length,
                                            tokens=[self.tokenizer.tokens[i] for i in ids])
 
@@ -52,4 +55,8 @@ class TokenizeRPCs:
         except InvalidParameter as exc:
             await abort_invalid(context, exc)
         skip = request.skip_special_tokens if request.HasField("skip_special_tokens") else True
-        return router_pb2.DetokenizeResponse(text=self.tokenizer.decode(ids, skip_special=skip))
+        try:
+            text = await self.validator.off_loop(self.tokenizer.decode, ids, skip)
+        except TokenizerBusy as exc:
+            await abort_exhausted(context, str(exc))
+        return router_pb2.DetokenizeResponse(text=text)

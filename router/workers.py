@@ -1,6 +1,8 @@
 """The router's view of its workers: stubs, load (polled and counted locally), health, and recent failures.
 
-A worker whose health says NOT_SERVING is draining (it got SIGTERM and finishes what it runs): it gets nothing new.
+A worker whose health says NOT_SERVING is draining (it got SIGTERM and finishes what it runs): it gets nothing new. One
+that does not answer is down until a health poll finds it serving again (restarted, by ``pdserve up`` or its
+orchestrator).
 """
 
 from __future__ import annotations
@@ -157,6 +159,10 @@ class WorkerPool:
             worker.load = await worker.stub.GetLoad(common_pb2.LoadRequest(), timeout=1.0)
         except grpc.aio.AioRpcError:
             worker.mark_down()
+            return
+        if worker.down_until and not worker.draining:  # back (e.g. restarted by pdserve up): route to it again now
+            log.info("worker %s is serving again", worker.target)
+            worker.down_until = 0.0
 
     async def close(self) -> None:
         await asyncio.gather(*(w.channel.close() for w in self.workers))

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # System packages the deploy tests use: prometheus (prometheus, promtool), podman + runc (containers; Debian's podman
 # pulls in crun, which cannot set rlimits in nested containers), the CNI dnsname plugin (compose service names resolve
-# between containers), debootstrap (the base image without a registry), nodejs + npm (the Node.js client test and buf).
+# between containers), debootstrap (the base image without a registry), nodejs + npm (the Node.js client test and buf),
+# stress-ng (the run of the fault tests with every core busy: scripts/under-load.sh).
 # Idempotent: installs only what is missing, and only as root with apt-get; otherwise those tests skip (or fail
 # under CI=true) naming what is missing.
 set -euo pipefail
 want=""
-for pair in prometheus:prometheus promtool:prometheus podman:podman runc:runc debootstrap:debootstrap node:nodejs npm:npm \
+for pair in stress-ng:stress-ng prometheus:prometheus promtool:prometheus podman:podman runc:runc debootstrap:debootstrap node:nodejs npm:npm \
     /usr/lib/cni/dnsname:golang-github-containernetworking-plugin-dnsname; do
   tool=${pair%%:*} package=${pair##*:}
   if [ "${tool#/}" != "$tool" ]; then

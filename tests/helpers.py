@@ -2,8 +2,41 @@
 
 from __future__ import annotations
 
-from pdserve.common.readiness import wait_for as wait_until  # noqa: F401  (the tests' name for it)
+import functools
+import os
+import time
+
+from pdserve.common.readiness import wait_for
 from pdserve.common.scrape import scrape  # noqa: F401
+
+REFERENCE_WORK_S = 0.015  # the work below, on the 2-core development machine with a core to spare
+
+
+@functools.cache
+def machine_factor() -> float:
+    """How many times slower than the idle development machine this one runs now, at least 1 (or
+    $PDSERVE_TEST_TIME_FACTOR): the median of nine runs of a fixed piece of Python work (the best would hide a
+    busy machine: one run fits in a scheduler time slice). Every timeout of the stack
+    tests is multiplied by it, so a busy or slow machine gets the time it needs, and a failure on a fast one is
+    reported as soon as before."""
+    if os.environ.get("PDSERVE_TEST_TIME_FACTOR"):
+        return float(os.environ["PDSERVE_TEST_TIME_FACTOR"])
+    runs = []
+    for _ in range(9):
+        start = time.perf_counter()
+        sum(i * i for i in range(300_000))
+        runs.append(time.perf_counter() - start)
+    return max(1.0, sorted(runs)[4] / REFERENCE_WORK_S)
+
+
+def scaled(timeout_s: float) -> float:
+    """A timeout for this machine as it runs now (see :func:`machine_factor`)."""
+    return timeout_s * machine_factor()
+
+
+def wait_until(condition, timeout_s: float = 15.0, what: str = "condition", process=None, log_tail=lambda: ""):
+    """Poll ``condition()`` until it is truthy (common.readiness.wait_for), the timeout scaled to the machine."""
+    return wait_for(condition, scaled(timeout_s), what, process, log_tail)
 
 
 def reference(runtime, prompts: list[list[int]], params_list):
@@ -48,7 +81,7 @@ def start_stack(**spec_kwargs):
     """A stack of the given StackSpec, started (SERVING); the caller stops it."""
     from pdserve.launcher.stack import Stack, StackSpec
 
-    return Stack(StackSpec(**spec_kwargs)).start()
+    return Stack(StackSpec(**spec_kwargs)).start(timeout_s=scaled(120))
 
 
 def decode_load(target: str):

@@ -1,11 +1,12 @@
 """The fault matrix at small scale (what ``pdserve bench chaos`` runs larger): each fault under steady load on the tiny model,
-every answer checked token for token against the fault-free run, and nothing lost, duplicated or leaked."""
+every answer checked token for token against the fault-free run, and nothing lost, duplicated or leaked. The ``up_kill_*``
+rows kill -9 one process of each role while pdserve up's supervisor runs, and it brings the process back."""
 
 import asyncio
 
 import pytest
 
-from pdserve.bench.chaos import FAULTS, format_table, matrix_spec, run_matrix
+from pdserve.bench.chaos import FAULTS, SUPERVISED, format_table, matrix_spec, run_matrix
 from pdserve.bench.chaos_load import make_workload
 from pdserve.launcher.stack import Stack
 
@@ -28,7 +29,9 @@ def test_fault_loses_duplicates_and_leaks_nothing(matrix, fault):
     assert row.sent > 0 and row.answers["correct"] > 0
     assert (row.answers["lost"], row.answers["duplicated"], row.answers["wrong"]) == (0, 0, 0), row
     assert row.leaked == (0, 0, 0), row  # kvstore leases, decode blocks, router requests in flight
-    if fault in ("none", "decode_kill", "prefill_kill", "kvstore_kill", "rolling_restart"):
+    if fault not in ("router_kill", "up_kill_router", "cancel_storm"):
         assert row.answers["failed_clean"] == 0, row  # a survivor took over: every request completed correctly
     if fault == "cancel_storm":
         assert row.answers["cancelled"] > 0
+    if fault in SUPERVISED:  # kill -9 under pdserve up's supervisor: the process was started again, once
+        assert row.restarted == 1, row

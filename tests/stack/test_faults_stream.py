@@ -14,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
+from pdserve.common.scrape import total
 from pdserve.engine.params import SamplingParams
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
@@ -143,15 +144,21 @@ def test_router_killed_workers_free_sequences_and_leases(tiny_long_model_path):
 
 
 def test_lease_renewed_while_decode_fetches(tiny_model_path):
-    """Decode's (paced) KV fetch lasts far longer than the 2 s lease: the lease must still be held 3 TTLs later."""
-    stack = start_stack(model=str(tiny_model_path), extra={
+    """Decode's (paced) KV fetch lasts far longer than the 2 s lease: the kvstore sees it renewed again and again (at
+    least 7 renewals: over two TTLs), and the lease is still held."""
+    stack = start_stack(model=str(tiny_model_path), metrics=True, extra={
         "decode": ["--pace", "realtime", "--time-scale", "400000", "--kv-link", "pcie"],
         "router": ["--lease-ttl-s", "2"]})
+
+    def renewals() -> float:
+        return total(scrape(stack.kvstores[0].metrics_port), "pdserve_kvstore_operation_seconds_count", op="renew")
+
     try:
         with PdserveClient(stack.router_target) as client:
             call = client.generate(token_ids=PROMPT, max_tokens=5, temperature=0, ignore_eos=True)
             assert next(call).token_ids  # prefill done; decode is fetching
-            time.sleep(6.0)  # three TTLs: without renewal the kvstore expires the lease within 1 s of its TTL
+            before = renewals()
+            wait_until(lambda: renewals() >= before + 7, 120, "seven renewals")
             assert kv_leases(stack) == 1
             call.cancel()
         wait_until(lambda: kv_leases(stack) == 0, what="lease released after the cancel")

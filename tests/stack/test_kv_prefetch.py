@@ -9,7 +9,7 @@ import pytest
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.engine.params import SamplingParams
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import kv_leases, reference, scrape, wait_until
+from tests.helpers import kv_leases, reference, scaled, scrape, wait_until
 
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 SAMPLING = common_pb2.SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
@@ -150,6 +150,53 @@ def test_prefetches_that_nobody_takes_are_dropped_and_bad_ones_refused(stack):
     asyncio.run(scenario())
     assert _prefetches(stack, "failed") == failed + 1
     wait_until(lambda: _prefetches(stack, "dropped") == dropped + 1, what="the cancelled prefetch dropped")
+
+
+@pytest.mark.parametrize("ttl", [float("nan"), float("inf"), 1e9, -1.0])
+def test_a_prefetch_with_a_lease_ttl_out_of_range_is_refused(stack, ttl):
+    """The TTL says how long the worker keeps the copy for a Decode call: NaN or 1e9 would hold a slot for good."""
+    handle, _ = _handle(stack, list(range(9, 40)))
+    handle.lease_ttl_s = ttl
+    with grpc.insecure_channel(stack.decodes[0].target) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            decode_pb2_grpc.DecodeStub(ch).Prefetch(decode_pb2.PrefetchRequest(request_id="pf-ttl", kv=handle),
+                                                     timeout=scaled(30))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("kv.lease_ttl_s")
+
+
+def test_prefetch_slots_are_bounded_and_expire(tiny_model_path):
+    """Two slots held at most 1 s each: two prefetches whose blocks never come (lease TTL an hour) fill them, a third
+    is refused, and once the two expire a new one is taken."""
+    from tests.helpers import start_stack
+
+    small = start_stack(model=str(tiny_model_path), metrics=True,
+                        extra={"decode": ["--max-prefetches", "2", "--prefetch-hold-s", "1"]})
+    try:
+        handle, _ = _handle(small, list(range(5, 40)))
+        handle.block_keys[0] = "never-stored"
+        handle.lease_ttl_s, handle.wait_s = 3600, 600
+        dropped = _prefetches(small, "dropped")
+
+        async def scenario():
+            async with grpc.aio.insecure_channel(small.decodes[0].target) as ch:
+                stub = decode_pb2_grpc.DecodeStub(ch)
+                held = [stub.Prefetch(decode_pb2.PrefetchRequest(request_id=f"pf-slot-{i}", kv=handle)) for i in range(2)]
+                await asyncio.to_thread(wait_until, lambda: scrape(small.kvstores[0].metrics_port)
+                                        .get(("pdserve_kvstore_waiting_gets", ()), 0.0) >= 2, 30, "both slots taken")
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-slot-3", kv=handle))
+                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                await asyncio.to_thread(wait_until, lambda: _prefetches(small, "dropped") == dropped + 2, 60,
+                                        "both slots expired")
+                again = stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-slot-4", kv=handle))
+                await asyncio.to_thread(wait_until, lambda: _prefetches(small, "dropped") == dropped + 3, 60,
+                                        "the new prefetch taken, and expired in its turn")
+                for call in [*held, again]:
+                    call.cancel()
+
+        asyncio.run(scenario())
+    finally:
+        small.stop()
 
 
 def test_bench_kv_handoff_prints_a_row_per_mode(tiny_model_path, capsys):

@@ -143,7 +143,7 @@ def test_workers_validate_their_own_requests(tiny_stack, tiny_runtime):
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kv.token_count" in err.value.details()
         # a first token that already ends the request leaves decode nothing to do (the router finishes those)
         eos = tiny_runtime.tokenizer.eos_id
-        handle = common_pb2.KVHandle(block_keys=["k"], token_count=3, block_tokens=16,
+        handle = common_pb2.KVHandle(block_keys=["k"], token_count=3, block_tokens=16, lease_ttl_s=30,
                                      model_fingerprint=tiny_runtime.config.fingerprint)
         request = decode_pb2.DecodeRequest(request_id="r3", prompt_ids=[5, 6, 7], first_token=eos, kv=handle,
                                            sampling=sampling_to_proto(SamplingParams(max_tokens=4)))

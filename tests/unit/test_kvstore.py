@@ -1,11 +1,24 @@
-"""The block store: unit tests of its rules, then the real service over gRPC (eviction, leases, checksums, shards)."""
+"""The block store: its rules (eviction, leases, checksums, the budget as memory, counters kept as they change) and
+rendezvous placement."""
 
+import gc
+import random
+import tracemalloc
 import zlib
 
 import pytest
 
 from pdserve.kvstore.client import rendezvous_shard
-from pdserve.kvstore.store import BlockStore, ChecksumMismatch, StoreFull
+from pdserve.kvstore.store import (
+    LEASE_ENTRY_BYTES,
+    LEASE_OVERHEAD_BYTES,
+    BlockStore,
+    ChecksumMismatch,
+    StoreFull,
+    block_charge,
+)
+from pdserve.kvstore.wire import BlockAssembler, InlineBlock, chunks_of, decoder
+from pdserve.v1 import kvstore_pb2
 
 
 def crc(data):
@@ -20,26 +33,52 @@ class FakeClock:
         return self.now
 
 
+C100 = block_charge("a", bytes(100))  # what a 100-byte block under a one-letter key costs
+LEASE = LEASE_OVERHEAD_BYTES + LEASE_ENTRY_BYTES  # a lease holding one block
+
+
 def test_store_evicts_lru_unleased_never_leased():
-    store = BlockStore(capacity_bytes=300)
+    store = BlockStore(capacity_bytes=3 * C100 + LEASE)
     for key in "abc":
         store.put(key, 1, bytes(100), crc(bytes(100)), lease_id="L" if key == "a" else "", lease_ttl_s=10)
     store.get("b")  # b is now more recent than c
     store.put("d", 1, bytes(100), crc(bytes(100)))
     assert set(store.blocks) == {"a", "b", "d"}  # c: least recently used and unleased
     store.put("e", 1, bytes(100), crc(bytes(100)))
-    assert "a" in store.blocks  # leased: kept although oldest
+    assert set(store.blocks) == {"a", "d", "e"}  # a: leased, kept although oldest
+    assert store.evictions == 2
+
+
+def test_a_full_store_of_leased_blocks_refuses_and_stores_nothing():
+    store = BlockStore(capacity_bytes=2 * C100 + 2 * LEASE)
     store.put("x", 1, bytes(100), crc(bytes(100)), lease_id="M", lease_ttl_s=10)
-    store.put("y", 1, bytes(100), crc(bytes(100)), lease_id="M", lease_ttl_s=10)
+    store.put("y", 1, bytes(100), crc(bytes(100)), lease_id="N", lease_ttl_s=10)
+    used = store.bytes_used
     with pytest.raises(StoreFull):
         store.put("z", 1, bytes(100), crc(bytes(100)))
+    with pytest.raises(StoreFull):  # the block fits once y goes, but its lease's bookkeeping does not: nothing kept
+        store.release("N")
+        store.put("z", 1, bytes(100), crc(bytes(100)), lease_id="Z", lease_ttl_s=10)
+        store.put("w", 1, bytes(100), crc(bytes(100)), lease_id="Z", lease_ttl_s=10)
+    assert "w" not in store.blocks and store.bytes_used <= used
+
+
+def test_block_count_limit_evicts_then_refuses():
+    store = BlockStore(capacity_bytes=1 << 30, max_blocks=3)
+    for key in "abc":
+        store.put(key, 1, b"x", crc(b"x"), lease_id="L" if key != "c" else "", lease_ttl_s=10)
+    store.put("d", 1, b"x", crc(b"x"))
+    assert set(store.blocks) == {"a", "b", "d"}
+    store.acquire(["d"], "L", 10)
+    with pytest.raises(StoreFull, match="3 of 3 blocks"):
+        store.put("e", 1, b"x", crc(b"x"))
 
 
 def test_released_lease_is_never_revived_by_a_late_put_or_acquire():
     """A cancelled request's lease is released while its Put may still be on the wire: that Put stores the block but
     must not lease it again (the lease would outlive the request until its TTL). An expired lease is not barred."""
     clock = FakeClock()
-    store = BlockStore(capacity_bytes=1000, clock=clock)
+    store = BlockStore(capacity_bytes=100_000, clock=clock)
     store.put("a", 1, bytes(10), crc(bytes(10)), lease_id="R", lease_ttl_s=10)
     assert store.release("R") == 1
     store.put("b", 1, bytes(10), crc(bytes(10)), lease_id="R", lease_ttl_s=10)
@@ -52,17 +91,17 @@ def test_released_lease_is_never_revived_by_a_late_put_or_acquire():
 
 
 def test_store_put_is_idempotent_and_checks_crc():
-    store = BlockStore(1000)
+    store = BlockStore(100_000)
     assert store.put("k", 2, b"abc", crc(b"abc")) is True
     assert store.put("k", 2, b"abc", crc(b"abc")) is False
-    assert store.bytes_used == 3
+    assert store.bytes_used == block_charge("k", b"abc")
     with pytest.raises(ChecksumMismatch):
         store.put("j", 1, b"abc", 123)
 
 
 def test_leases_expire_and_renew():
     clock = FakeClock()
-    store = BlockStore(1000, clock)
+    store = BlockStore(100_000, clock)
     store.put("k", 1, b"x", crc(b"x"), lease_id="L", lease_ttl_s=5)
     clock.now = 4
     assert store.renew("L", 5) == 1
@@ -72,6 +111,125 @@ def test_leases_expire_and_renew():
     clock.now = 9.5
     store.expire_leases()
     assert store.leased_blocks == 0 and not store.leases
+    assert store.bytes_used == block_charge("k", b"x")  # the lease's bookkeeping went with it
+
+
+def test_puts_still_arriving_are_charged_and_evict_like_blocks():
+    store = BlockStore(capacity_bytes=2 * C100)
+    store.put("a", 1, bytes(100), crc(bytes(100)))
+    store.reserve(C100)
+    assert store.bytes_used == 2 * C100 and store.reserved == C100
+    store.reserve(C100)  # evicts a
+    assert "a" not in store.blocks
+    with pytest.raises(StoreFull):
+        store.reserve(1)
+    store.unreserve(2 * C100)
+    assert store.bytes_used == 0 and store.reserved == 0
+
+
+def test_discard_new_undoes_a_failed_put_but_keeps_what_others_lease():
+    store = BlockStore(100_000)
+    store.put("mine", 1, b"x", crc(b"x"), lease_id="P", lease_ttl_s=10)
+    store.put("shared", 1, b"y", crc(b"y"), lease_id="P", lease_ttl_s=10)
+    store.acquire(["shared"], "Q", 10)
+    assert store.discard_new(["mine", "shared"], "P") == 1
+    assert set(store.blocks) == {"shared"} and store.leased_blocks == 1
+    assert store.leases["P"].keys == {"shared"}
+
+
+def _recount(store: BlockStore) -> tuple[int, int, int]:
+    """(bytes used, leased blocks, evictable blocks) counted from scratch."""
+    used = store.reserved + sum(b.charge for b in store.blocks.values())
+    used += sum(LEASE_OVERHEAD_BYTES + LEASE_ENTRY_BYTES * len(lease.keys) for lease in store.leases.values())
+    leased = sum(1 for b in store.blocks.values() if b.leases)
+    return used, leased, len(store.blocks) - leased
+
+
+def test_counters_kept_as_they_change_match_a_recount():
+    clock = FakeClock()
+    store = BlockStore(capacity_bytes=30 * C100, clock=clock, max_blocks=25)
+    rng = random.Random(7)
+    for _ in range(3000):
+        op = rng.randrange(7)
+        key, lease = f"k{rng.randrange(40)}", f"L{rng.randrange(6)}"
+        try:
+            if op == 0:
+                data = bytes(rng.randrange(1, 200))
+                store.put(key, 1, data, crc(data), lease_id=rng.choice(["", lease]), lease_ttl_s=rng.uniform(1, 5))
+            elif op == 1:
+                store.acquire([f"k{i}" for i in range(rng.randrange(5))], lease, rng.uniform(1, 5))
+            elif op == 2:
+                store.release(lease)
+            elif op == 3:
+                store.renew(lease, rng.uniform(1, 5))
+            elif op == 4:
+                clock.now += rng.uniform(0, 1)
+                store.expire_leases()
+            elif op == 5:
+                store.discard_new([key], lease)
+            elif key in store.blocks:
+                store.get(key)
+        except StoreFull:
+            pass
+        assert (store.bytes_used, store.leased_blocks, len(store.evictable)) == _recount(store)
+        assert store.bytes_used <= store.capacity_bytes and len(store.blocks) <= store.max_blocks
+
+
+class NoScan(dict):
+    """A dict that fails the test when something walks it."""
+
+    def __iter__(self):
+        raise AssertionError("the whole store was scanned")
+
+    values = items = keys = __iter__
+
+
+def test_no_operation_walks_the_whole_store():
+    store = BlockStore(capacity_bytes=60 * C100)
+    store.blocks = NoScan()
+    for i in range(100):  # evicting from the 60th on
+        store.put(f"k{i}", 1, bytes(100), crc(bytes(100)), lease_id=f"L{i % 3}", lease_ttl_s=10)
+        store.release(f"L{(i + 1) % 3}")
+    store.acquire(["k99", "k98"], "A", 10)
+    store.get("k99")
+    store.expire_leases()
+    assert store.leased_blocks >= 1 and store.evictions > 0
+
+
+def _wire_block(key: str, payload: bytes):
+    """A block as the service keeps it: assembled from the messages a Put brought."""
+    decode = decoder(kvstore_pb2.PutChunk)
+    header = kvstore_pb2.BlockHeader(key=key, token_count=16, nbytes=len(payload), crc32=crc(payload))
+    assembler = None
+    for message in chunks_of(header, payload, kvstore_pb2.PutChunk):
+        chunk = decode(message if isinstance(message, bytes) else message.SerializeToString())
+        if chunk.HasField("header"):
+            assembler = BlockAssembler(len(payload))
+            if isinstance(chunk, InlineBlock):
+                assembler.add(chunk)
+        else:
+            assembler.add(chunk)
+    return assembler.block(), assembler.crc32
+
+
+@pytest.mark.parametrize(("size", "n"), [(1, 20000), (4096, 5000), (300_000, 40)])
+def test_the_budget_charges_at_least_the_memory_blocks_and_leases_take(size, n):
+    """tracemalloc counts every Python allocation the stored blocks, their keys and their leases made: the charge
+    covers it (a million one-byte blocks cannot outgrow the budget) without overstating it by half."""
+    payloads = [bytes([i % 256]) * size for i in range(n)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        store = BlockStore(1 << 40)
+        for i, payload in enumerate(payloads):
+            data, computed = _wire_block(f"{i:064x}", payload)
+            store.put(f"{i:064x}", 16, data, computed, lease_id=f"lease-{i % 50}", lease_ttl_s=60,
+                      computed_crc32=computed)
+        gc.collect()
+        traced = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert traced <= store.bytes_used <= 1.5 * traced
 
 
 def test_rendezvous_is_stable_and_spreads():
@@ -83,5 +241,3 @@ def test_rendezvous_is_stable_and_spreads():
     # adding a shard moves only keys to the new shard
     moved = [(p, rendezvous_shard(k, shards + ["d:4"])) for k, p in zip(keys, placement)]
     assert all(new in (old, 3) for old, new in moved)
-
-
