@@ -15,7 +15,8 @@ from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.perfmodel.memory import MemoryFit, memory_fit
 from pdserve.perfmodel.models import ModelProfile, model_profile
 from pdserve.perfmodel.parallel import ParallelConfig
-from pdserve.perfmodel.timing import SOFTWARE, TimingModel
+from pdserve.perfmodel.software import SOFTWARE
+from pdserve.perfmodel.timing import TimingModel
 
 KV_PRECISIONS = ("", "bf16", "fp8")  # "": the model's own
 

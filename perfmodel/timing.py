@@ -18,7 +18,6 @@ module is the next split if it grows.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
 from pdserve.perfmodel.communication import all_to_all_seconds, allreduce_seconds, expert_copies
 from pdserve.perfmodel.costs import Breakdown, GroupCost
@@ -28,6 +27,7 @@ from pdserve.perfmodel.models import BYTES_PER_PARAM, ModelProfile, model_profil
 from pdserve.perfmodel.overheads import Overheads, overheads
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.routing import ExpertLoad, expert_load
+from pdserve.perfmodel.software import SOFTWARE, SoftwareProfile
 
 MICRO = 1e-6
 Seqs = list[tuple[int, int]]  # (new tokens, tokens already cached) per sequence
@@ -41,42 +41,6 @@ FP8_ATTENTION_SPEEDUP = 1.7
 # DeepEP). Under two-batch overlap in prefill, compute shares the GPU with them; low-latency (decode) kernels hold no
 # SMs while in flight (deepseek-ai/profile-data README).
 DEEPEP_NORMAL_SMS = 20
-
-
-@dataclass(frozen=True)
-class SoftwareProfile:
-    """What the serving stack adds on top of the kernels' roofline. Overheads here are the fallback only: the fitted
-    figures per GPU family live in data/calibration.json (``python -m perfmodel.fit``)."""
-
-    name: str
-    layer_overhead_s: float
-    step_overhead_s: float
-    request_overhead_s: float = 0.0
-    gemm_efficiency_scale: float = 1.0  # e.g. weight-only int4 kernels reach less of the GEMM peak
-    prefill_chunk_tokens: int = 0  # chunked prefill: tokens per forward step (0: whole prompts)
-    fitted_as: str = ""  # whose fitted overheads it uses (an older release of the same stack); "": its own
-    fp8_kernels: str = "cutlass"  # block-scaled FP8 GEMMs of a tensor-parallel deployment (hardware.FP8_KERNELS)
-
-    def with_chunk(self, tokens: int) -> "SoftwareProfile":
-        return replace(self, prefill_chunk_tokens=tokens)
-
-
-SOFTWARE: dict[str, SoftwareProfile] = {
-    # SGLang-class stack with CUDA graphs, DeepGEMM / fused MoE kernels, FlashMLA.
-    "sglang": SoftwareProfile("sglang", layer_overhead_s=95e-6, step_overhead_s=0.5e-3, request_overhead_s=5e-3),
-    # SGLang 0.4 (early 2025): the same kernels' costs as far as any public run tells them apart; its scheduling
-    # defaults differ (engine/scheduling/profiles.py).
-    "sglang-0.4": SoftwareProfile("sglang-0.4", layer_overhead_s=95e-6, step_overhead_s=0.5e-3,
-                                  request_overhead_s=5e-3, fitted_as="sglang", fp8_kernels="triton"),
-    # vLLM V1 serving the FP8 checkpoint (CUDA graphs, FlashMLA): fitted on its own runs.
-    "vllm": SoftwareProfile("vllm", layer_overhead_s=95e-6, step_overhead_s=1.0e-3, request_overhead_s=18e-3),
-    # vLLM 0.7 (the V0 engine): vLLM's costs, V0's scheduling.
-    "vllm-0.7": SoftwareProfile("vllm-0.7", layer_overhead_s=95e-6, step_overhead_s=1.0e-3,
-                                request_overhead_s=18e-3, fitted_as="vllm", fp8_kernels="triton"),
-    # vLLM serving AWQ (int4 weight-only) DeepSeek-R1: slower MoE kernels and more per-request overhead.
-    "vllm-awq": SoftwareProfile("vllm-awq", layer_overhead_s=215e-6, step_overhead_s=1.0e-3,
-                                request_overhead_s=18e-3, prefill_chunk_tokens=8192),
-}
 
 
 def expected_distinct_experts(tokens: float, experts: int, per_token: int) -> float:

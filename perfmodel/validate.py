@@ -28,7 +28,8 @@ from pathlib import Path
 
 from pdserve.perfmodel.models import model_profile
 from pdserve.perfmodel.parallel import ParallelConfig
-from pdserve.perfmodel.timing import SOFTWARE, TimingModel
+from pdserve.perfmodel.software import SOFTWARE
+from pdserve.perfmodel.timing import TimingModel
 
 DATA = Path(__file__).resolve().parent / "data" / "published_measurements.csv"
 GOAL = 0.15  # every held-out row within +-15%
