@@ -10,6 +10,7 @@ import os
 
 import grpc
 
+from pdserve.common.authz import caller_role
 from pdserve.common.status import abort_code, abort_exhausted
 from pdserve.kvstore import metrics, shm
 from pdserve.kvstore.store import (
@@ -18,8 +19,11 @@ from pdserve.kvstore.store import (
     Block,
     BlockStore,
     ChecksumMismatch,
+    LeaseExists,
+    LeaseQuota,
+    MacMismatch,
     StoreFull,
-    UnknownBlock,
+    UnknownLease,
     block_views,
 )
 from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of
@@ -34,9 +38,10 @@ OPS = ("put", "get", "lookup", "acquire", "renew", "release")
 
 
 class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
-    def __init__(self, store: BlockStore, shm_enabled: bool = False) -> None:
+    def __init__(self, store: BlockStore, shm_files: shm.ShmRegistry | None = None) -> None:
+        """``shm_files``: the shared-memory files clients registered (the kvstore run with --kv-shm), or None."""
         self.store = store
-        self.shm_enabled = shm_enabled
+        self.shm_files = shm_files
         self._changed = asyncio.Event()  # replaced each time it is set (see _notify)
         self.shm_bytes = 0
         self._evictions_counted = 0
@@ -92,10 +97,15 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         async def store_block(h: kvstore_pb2.BlockHeader, data, computed_crc32: int | None) -> None:
             nonlocal stored, duplicates
             try:
-                new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32)
+                new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32, h.mac)
             except ChecksumMismatch as exc:
                 metrics.CHECKSUM_FAILURES.inc()
                 await context.abort(grpc.StatusCode.DATA_LOSS, f"data: {exc}")
+            except MacMismatch as exc:
+                metrics.MAC_FAILURES.inc()
+                await context.abort(grpc.StatusCode.DATA_LOSS, f"header.mac: {exc}")
+            except UnknownLease as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             except StoreFull as exc:
                 await abort_exhausted(context, str(exc))
             stored += new
@@ -116,9 +126,16 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
             async for chunk in request_iterator:
                 if first:
                     lease_id, first = chunk.lease_id, False
-                    ttl = await self._check_ttl(chunk.lease_ttl_s, context, required=bool(lease_id))
+                    if not lease_id:
+                        await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
+                                         "lease_id: required (blocks are stored under a lease the router made)")
+                    ttl = await self._check_ttl(chunk.lease_ttl_s, context, required=True)
+                    try:
+                        self.store.check_lease(lease_id)
+                    except UnknownLease as exc:
+                        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                     if chunk.shm_name:
-                        shm_fd = await self._open_shm(chunk.shm_name, False, context)
+                        shm_fd = await self._open_shm(chunk.shm_name, context)
                 if chunk.HasField("header"):
                     if header is not None:
                         await finish_block()
@@ -162,12 +179,12 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                              f"header.nbytes: must be in 1..{MAX_BLOCK_BYTES}, got {h.nbytes}")
 
-    async def _open_shm(self, name: str, writable: bool, context) -> int:
-        if not self.shm_enabled:
+    async def _open_shm(self, name: str, context) -> int:
+        if self.shm_files is None:
             await abort_code(context, grpc.StatusCode.FAILED_PRECONDITION,
                              "shm_name: this kvstore does not use shared memory (start it with --kv-shm)")
         try:
-            return shm.open_existing(name, writable)
+            return self.shm_files.open(name)
         except shm.ShmUnavailable as exc:
             await abort_code(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
@@ -185,26 +202,31 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
             async for message in self._get(request, context):
                 yield message
 
-    async def _block(self, key: str, context) -> Block:
-        """A stored block, verified; NOT_FOUND or DATA_LOSS (the block dropped) otherwise."""
+    async def _block(self, key: str, lease_id: str, context) -> Block:
+        """A stored block the lease holds, verified; NOT_FOUND (the same answer whether it is stored or not) or
+        DATA_LOSS (the block dropped) otherwise."""
+        if not self.store.held(key, lease_id):
+            metrics.MISSES.labels("get").inc()
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} is not held by lease {lease_id}")
         try:
             block = self.store.get(key)
-        except UnknownBlock:
-            metrics.MISSES.labels("get").inc()
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} is not stored")
         except ChecksumMismatch as exc:
             metrics.CHECKSUM_FAILURES.inc()
+            self._update_gauges()
+            await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+        except MacMismatch as exc:
+            metrics.MAC_FAILURES.inc()
             self._update_gauges()
             await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
         metrics.HITS.labels("get").inc()
         return block
 
     async def _wait_block(self, key: str, deadline: float, lease_id: str, context) -> Block:
-        """Wait for a block still being written; ABORTED once the writer's lease is released, NOT_FOUND at the
-        deadline."""
+        """Wait for a block still being written (or not yet held by the lease: prefill may still be acquiring it);
+        ABORTED once the lease is released, NOT_FOUND at the deadline."""
         loop = asyncio.get_running_loop()
-        while key not in self.store.blocks:
-            if lease_id and lease_id in self.store.released:
+        while not self.store.held(key, lease_id):
+            if lease_id in self.store.released:
                 metrics.MISSES.labels("get").inc()
                 await context.abort(grpc.StatusCode.ABORTED,
                                     f"keys: block {key} will not come: its writer released lease {lease_id}")
@@ -218,17 +240,20 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                     await asyncio.wait_for(self._changed.wait(), remaining)
             finally:
                 metrics.WAITING_GETS.dec()
-        return await self._block(key, context)
+        return await self._block(key, lease_id, context)
 
     async def _get(self, request, context):
         keys = await self._check_keys(request.keys, context)
+        if not request.lease_id:
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
+                             "lease_id: required (a Get reads only the blocks its lease holds)")
         wait_s = request.wait_s
         if not math.isfinite(wait_s) or not 0 <= wait_s <= MAX_WAIT_S:
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, f"wait_s: must be in [0, {MAX_WAIT_S:g}]")
         deadline = asyncio.get_running_loop().time() + wait_s
         # without a wait, resolve (and verify) every block before streaming any; with one, stream each as it comes
-        blocks = [await self._block(key, context) for key in keys] if not wait_s else None
-        shm_fd = await self._open_shm(request.shm_name, True, context) if request.shm_name else None
+        blocks = [await self._block(key, request.lease_id, context) for key in keys] if not wait_s else None
+        shm_fd = await self._open_shm(request.shm_name, context) if request.shm_name else None
         offset = 0
         try:
             for i, key in enumerate(keys):
@@ -236,7 +261,7 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                                                                                      context)
                 n = len(block.data)
                 header = kvstore_pb2.BlockHeader(key=block.key, token_count=block.token_count, nbytes=n,
-                                                 crc32=block.crc32)
+                                                 crc32=block.crc32, mac=block.mac)
                 if shm_fd is None:
                     for message in chunks_of(header, block.data, kvstore_pb2.GetChunk):
                         yield message
@@ -259,13 +284,28 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
 
     async def Acquire(self, request, context):
         keys = await self._check_keys(request.keys, context)
-        if not request.lease_id:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
+        if not request.lease_id or len(request.lease_id) > MAX_KEY_CHARS:
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
+                             f"lease_id: must have 1..{MAX_KEY_CHARS} characters")
         ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
+        role = caller_role.get()
+        if request.create and role not in (None, "router"):  # None: a kvstore run with --insecure-internal
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"create: leases are created by the router, "
+                                                                   f"not by role {role}")
         with metrics.OP_SECONDS.labels("acquire").time():
-            n = self.store.acquire(keys, request.lease_id, ttl)
+            try:
+                if request.create:
+                    self.store.create_lease(request.lease_id, ttl, role or "")
+                n = self.store.acquire(keys, request.lease_id, ttl)
+            except LeaseExists as exc:
+                await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+            except LeaseQuota as exc:
+                await abort_exhausted(context, str(exc))
+            except UnknownLease as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         self._count_lookup("acquire", len(keys), n)
         self._update_gauges()
+        self._notify()  # a Get waiting for these blocks under this lease may read them now
         return kvstore_pb2.LookupReply(present_prefix=n)
 
     async def Renew(self, request, context):
@@ -286,7 +326,9 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         self._update_gauges()
         return kvstore_pb2.StatsReply(blocks=len(s.blocks), bytes_used=s.bytes_used, capacity_bytes=s.capacity_bytes,
                                       leased_blocks=s.leased_blocks, leases=len(s.leases), evictions=s.evictions,
-                                      checksum_failures=s.checksum_failures, shm_bytes=self.shm_bytes)
+                                      checksum_failures=s.checksum_failures, shm_bytes=self.shm_bytes,
+                                      mac_failures=s.mac_failures,
+                                      shm_files=self.shm_files.files if self.shm_files is not None else 0)
 
     async def expire_loop(self, period_s: float = 1.0) -> None:
         while True:

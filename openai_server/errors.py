@@ -10,6 +10,7 @@ from __future__ import annotations
 import grpc
 from fastapi.responses import JSONResponse
 
+from pdserve.common.redact import without_addresses
 from pdserve.common.status import violated_field
 
 HTTP_STATUS = {
@@ -48,7 +49,7 @@ class ApiError(Exception):
 def from_grpc(err: grpc.aio.AioRpcError, rename=lambda field: field) -> ApiError:
     """The HTTP error for a failed router call; ``rename`` maps router field names to the request's."""
     status = HTTP_STATUS.get(err.code(), 500)
-    details = err.details() or err.code().name
+    details = without_addresses(err.details() or err.code().name)  # the edge's own channel errors name the router
     field = violated_field(err) if status in (400, 409) else None
     param = None
     if field is not None:
