@@ -1,7 +1,9 @@
-"""``pdserve bench --compare``: one workload, three ways of serving it, one table.
+"""``pdserve bench serve --compare``: one workload, several ways of serving it, one table.
 
 - ``in_process``: the engine in this process (one process, every core);
-- ``disaggregated``: router -> prefill -> kvstore -> decode, separate processes started here;
+- ``disaggregated``: router -> prefill -> kvstore -> decode, separate processes started here, the internal plane
+  secured as ``pdserve up`` starts it (mutual TLS, per-RPC authorization, block MACs);
+- ``disaggregated_insecure``: the same with ``--insecure-internal``, for what the security costs (the ratio line);
 - ``colocated``: router and a decode worker that prefills itself (no kvstore).
 
 Random prompts ignore EOS, so every mode generates the same tokens and output tokens/s compares like with like. For
@@ -23,31 +25,32 @@ import numpy as np
 from pdserve.bench.backends import BenchError, InProcessBackend
 from pdserve.bench.runner import run
 from pdserve.bench.serve import load_spec, run_config, run_grpc, with_backend
-from pdserve.common.scrape import scrape, total
+from pdserve.common.scrape import total
 from pdserve.workload.record import LoadSpec
 from pdserve.workload.report import default_result_path, format_result, result_json, save_json
 from pdserve.workload.requests import ServedModel, build_requests
 from pdserve.workload.stats import summarize
 
-MODES = ("in_process", "disaggregated", "colocated")
+MODES = ("in_process", "disaggregated", "disaggregated_insecure", "colocated")
 
 
-def step_wall_seconds(metrics_ports: list[int], phase: str) -> float:
+def step_wall_seconds(stack, processes, phase: str) -> float:
     """Summed wall seconds of the workers' steps of one phase so far."""
-    return sum(total(scrape(port), "pdserve_step_wall_seconds_sum", phase=phase) for port in metrics_ports)
+    return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_sum", phase=phase) for p in processes)
 
 
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
-                   extra: dict[str, list[str]] | None = None):
+                   extra: dict[str, list[str]] | None = None, insecure_internal: bool = False):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run)."""
     from pdserve.launcher.stack import Stack, StackSpec
 
-    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {})) as stack:
-        ports = [p.metrics_port for p in (stack.decodes if colocated else stack.prefills)]
+    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {},
+                         insecure_internal=insecure_internal)) as stack:
+        workers = stack.decodes if colocated else stack.prefills
         before: list[float] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
-            step_wall_seconds(ports, "prefill")))
-        after = step_wall_seconds(ports, "prefill")
+            step_wall_seconds(stack, workers, "prefill")))
+        after = step_wall_seconds(stack, workers, "prefill")
     prefill_s = after - before[0] if before else None
     return result, prefill_s
 
@@ -95,7 +98,17 @@ def format_comparison(workload: str, points: dict[str, dict]) -> str:
                          f"(prefill compute not exposed by the workers' metrics)")
         lines.append(f"decode's KV fetch before the second token: {d['mean_kv_fetch_ms']:.1f} ms mean, "
                      f"{d['p99_kv_fetch_ms']:.1f} ms p99")
+    if "disaggregated" in points and "disaggregated_insecure" in points:
+        lines.append(security_cost(points["disaggregated"]["summary"], points["disaggregated_insecure"]["summary"]))
     return "\n".join(lines)
+
+
+def security_cost(secured: dict, insecure: dict) -> str:
+    """The secured plane against the insecure one, as ratios of the same run's figures."""
+    def ratio(key: str) -> str:
+        return f"{secured[key] / insecure[key]:.3f}" if insecure.get(key) else "-"
+    return (f"secured / insecure internal plane: out tok/s {ratio('output_throughput')}, mean TTFT "
+            f"{ratio('mean_ttft_ms')}, mean TPOT {ratio('mean_tpot_ms')}, p99 E2EL {ratio('p99_e2el_ms')}")
 
 
 def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict[str, float]) -> int:
@@ -121,7 +134,8 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
             backend_name = InProcessBackend.name
         else:
             extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
-            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra)
+            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
+                                               insecure_internal=mode == "disaggregated_insecure")
             backend_name = f"pdserve-{mode}"
         summary = summarize(result, percentiles, slo)
         print(format_result(summary, f"{mode}", percentiles), flush=True)

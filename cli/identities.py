@@ -11,8 +11,8 @@ import secrets
 import sys
 from pathlib import Path
 
-from pdserve.common.certs import DEFAULT_DAYS, STACK_ROLES, make_identities
-from pdserve.common.identity import CA_FILE, ROLES
+from pdserve.common.certs import DEFAULT_DAYS, STACK_ROLES, add_trust, drop_trust, make_identities
+from pdserve.common.identity import CA_FILE, CERT_FILE, KEY_FILE, KV_KEY_FILE, ROLES
 
 
 def _owners(text: str) -> dict[str, int]:
@@ -26,26 +26,41 @@ def _owners(text: str) -> dict[str, int]:
     return out
 
 
-def k8s_secrets(dirs: dict[str, Path], namespace: str) -> str:
-    """Secrets named pdserve-<role>-identity (type kubernetes.io/tls, as cert-manager writes them), as a YAML stream
-    (JSON documents: YAML reads them)."""
-    docs = []
-    for role, d in dirs.items():
-        data = {f.name: base64.b64encode(f.read_bytes()).decode() for f in sorted(d.iterdir())}
-        docs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                     "metadata": {"name": f"pdserve-{role}-identity", "namespace": namespace,
-                                  "labels": {"app.kubernetes.io/part-of": "pdserve"}}, "data": data})
+def k8s_secrets(out: Path, roles: list[str], namespace: str) -> str:
+    """The identities as Kubernetes Secrets, as deploy/k8s mounts them: pdserve-<role>-identity (tls.crt, tls.key,
+    ca.crt: what a cert-manager Certificate writes), pdserve-kv-key (kv-mac.key) and pdserve-tokens (tokens), as a
+    YAML stream (JSON documents: YAML reads them)."""
+    def secret(name: str, files: dict[str, Path], kind: str = "Opaque") -> dict:
+        return {"apiVersion": "v1", "kind": "Secret", "type": kind,
+                "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "pdserve"}},
+                "data": {key: base64.b64encode(path.read_bytes()).decode() for key, path in files.items()}}
+    docs = [secret(f"pdserve-{role}-identity", {f: out / role / f for f in (CERT_FILE, KEY_FILE, CA_FILE)},
+                   "kubernetes.io/tls") for role in roles]
+    kv_holder = next((out / role for role in roles if (out / role / KV_KEY_FILE).exists()), None)
+    if kv_holder is not None:
+        docs.append(secret("pdserve-kv-key", {KV_KEY_FILE: kv_holder / KV_KEY_FILE}))
+    if (out / "tokens").exists():
+        docs.append(secret("pdserve-tokens", {"tokens": out / "tokens"}))
     return "\n---\n".join(json.dumps(doc, indent=1) for doc in docs) + "\n"
 
 
 def cmd_identities(a: argparse.Namespace) -> int:
     out = Path(a.out)
+    if a.add_trust or a.drop_trust:
+        if not (out / CA_FILE).exists():
+            print(f"pdserve identities: {out} holds no identities", file=sys.stderr)
+            return 2
+        for pem in a.add_trust:
+            add_trust(out, Path(pem).read_bytes())
+        if a.drop_trust:
+            drop_trust(out)
+        print(f"{out}: the CAs it trusts now: {(out / CA_FILE).read_bytes().count(b'BEGIN CERTIFICATE')}", file=sys.stderr)
+        return 0
     if (out / CA_FILE).exists() and not a.rotate:
-        print(f"{out}: identities exist already (--rotate makes a new set)")
+        print(f"{out}: identities exist already (--rotate makes a new set)", file=sys.stderr)
     else:
-        trust = [Path(p).read_bytes() for p in a.trust]
-        dirs = make_identities(out, a.roles, a.host, a.days, trust, a.owner)
-        print(f"{out}: a new CA and identities for {', '.join(dirs)} (valid {a.days} days)")
+        dirs = make_identities(out, a.roles, a.host, a.days, a.owner)
+        print(f"{out}: a new CA and identities for {', '.join(dirs)} (valid {a.days} days)", file=sys.stderr)
     token_file = out / "tokens"
     if a.token_file_for is not None and not token_file.exists():  # the router's and the edge's, made once
         token = os.environ.get("PDSERVE_AUTH_TOKEN") or secrets.token_urlsafe(24)
@@ -53,11 +68,11 @@ def cmd_identities(a: argparse.Namespace) -> int:
         with os.fdopen(fd, "w") as fh:
             fh.write(f"default {token}\n")
         os.chown(token_file, os.geteuid(), a.token_file_for)
-        if not os.environ.get("PDSERVE_AUTH_TOKEN"):
-            print(f"the public API's token (tenant default), also in {token_file}: {token}")
+        print(f"{token_file}: the public API's token for tenant default "
+              f"({'from $PDSERVE_AUTH_TOKEN' if os.environ.get('PDSERVE_AUTH_TOKEN') else 'random'}; never printed)",
+              file=sys.stderr)
     if a.k8s:
-        dirs = {role: out / role for role in a.roles}
-        sys.stdout.write(k8s_secrets(dirs, a.namespace))
+        sys.stdout.write(k8s_secrets(out, a.roles, a.namespace))
     return 0
 
 
@@ -70,13 +85,16 @@ def register(sub) -> None:
     p.add_argument("--host", action="append", default=[],
                    help="another name or address the certificates are valid for (repeatable)")
     p.add_argument("--days", type=int, default=DEFAULT_DAYS)
-    p.add_argument("--trust", action="append", default=[], metavar="CA_PEM",
-                   help="also trust this (old) CA while rotating (repeatable)")
     p.add_argument("--rotate", action="store_true", help="make a new set even where one exists")
+    p.add_argument("--add-trust", action="append", default=[], metavar="CA_PEM",
+                   help="instead: make the existing set at --out trust this CA too (rotation, docs/security.md)")
+    p.add_argument("--drop-trust", action="store_true",
+                   help="instead: make the existing set at --out trust only its own CA again")
     p.add_argument("--owner", type=_owners, default=None, metavar="ROLE=UID,...",
                    help="give each role's directory to that user (run as root; containers running a user per role)")
     p.add_argument("--token-file-for", type=int, default=None, metavar="GID",
                    help="also make <out>/tokens (tenant default, $PDSERVE_AUTH_TOKEN or random) readable by this group")
-    p.add_argument("--k8s", action="store_true", help="print the identities as Kubernetes Secrets")
+    p.add_argument("--k8s", action="store_true",
+                   help="also print them as the Kubernetes Secrets deploy/k8s mounts (kubectl apply -f -)")
     p.add_argument("--namespace", default="pdserve", help="with --k8s")
     p.set_defaults(func=cmd_identities)

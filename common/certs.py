@@ -70,11 +70,10 @@ def _san(role: str, hosts: Iterable[str]) -> x509.SubjectAlternativeName:
 
 
 def make_identities(directory: str | Path, roles: Iterable[str] = STACK_ROLES, hosts: Iterable[str] = (),
-                    days: int = DEFAULT_DAYS, trust: Iterable[bytes] = (),
-                    owners: dict[str, int] | None = None) -> dict[str, Path]:
-    """A fresh CA, and per role ``<directory>/<role>/`` with its certificate, key, the CA (plus the CAs in ``trust``)
-    and, for the roles in KV_KEY_ROLES, one new KV key shared by them. ``owners``: role -> uid that gets the role's
-    directory (as root, for containers running each role as its own user). Returns role -> directory."""
+                    days: int = DEFAULT_DAYS, owners: dict[str, int] | None = None) -> dict[str, Path]:
+    """A fresh CA, and per role ``<directory>/<role>/`` with its certificate, key, the CA and, for the roles in
+    KV_KEY_ROLES, one new KV key shared by them. ``owners``: role -> uid that gets the role's directory (as root, for
+    containers running each role as its own user). Returns role -> directory."""
     roles = list(roles)
     unknown = [r for r in roles if r not in ROLES]
     if unknown:
@@ -82,14 +81,15 @@ def make_identities(directory: str | Path, roles: Iterable[str] = STACK_ROLES, h
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = "pdserve stack CA"
+    ca_name = f"pdserve stack CA {secrets.token_hex(4)}"  # two CAs trusted at once (a rotation) must differ
     ca_cert = (_builder(ca_name, ca_name, ca_key.public_key(), days)
                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
                .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
                                             data_encipherment=False, key_agreement=False, key_cert_sign=True,
                                             crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
                .sign(ca_key, hashes.SHA256()))
-    bundle = _pem(ca_cert) + b"".join(trust)
+    bundle = _pem(ca_cert)
     _write(d / CA_FILE, bundle, 0o644)
     kv_key = secrets.token_bytes(KV_KEY_BYTES).hex().encode() + b"\n"
     out = {}
@@ -97,6 +97,7 @@ def make_identities(directory: str | Path, roles: Iterable[str] = STACK_ROLES, h
         key = ec.generate_private_key(ec.SECP256R1())
         cert = (_builder(f"pdserve {role}", ca_name, key.public_key(), days)
                 .add_extension(_san(role, hosts), critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                                critical=False)
                 .sign(ca_key, hashes.SHA256()))
@@ -114,3 +115,22 @@ def make_identities(directory: str | Path, roles: Iterable[str] = STACK_ROLES, h
                 os.chown(path, owners[role], owners[role])
         out[role] = role_dir
     return out
+
+
+def _ca_files(directory: Path) -> list[Path]:
+    return [directory / CA_FILE] + sorted(directory.glob(f"*/{CA_FILE}"))
+
+
+def add_trust(directory: str | Path, pem: bytes) -> None:
+    """Make an identity set trust another CA too (its certificates in ``pem``): the first step of a rotation."""
+    for path in _ca_files(Path(directory)):
+        bundle = path.read_bytes()
+        if pem not in bundle:
+            path.write_bytes(bundle + pem)
+
+
+def drop_trust(directory: str | Path) -> None:
+    """Make an identity set trust only its own CA again (the first certificate of its bundle): the last step."""
+    own = x509.load_pem_x509_certificates((Path(directory) / CA_FILE).read_bytes())[0]
+    for path in _ca_files(Path(directory)):
+        path.write_bytes(_pem(own))

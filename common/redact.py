@@ -11,9 +11,11 @@ import re
 
 import grpc
 
-# host:port (names, IPv4, [IPv6]), ipv4:/ipv6:/unix: URIs, bare IPv4 addresses
-ADDRESS = re.compile(r"(?:(?:ipv4|ipv6|unix|dns|unix-abstract):\S+)|(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}\b"
-                     r"|\b\d{1,3}(?:\.\d{1,3}){3}\b")
+# host:port (names, IPv4, [IPv6] also URL-encoded as gRPC prints it), with an ipv4:/ipv6:/dns: scheme or none;
+# unix: paths; bare IPv4 addresses
+_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|%5B[0-9A-Fa-f:.]+%5D|[\w.-]+)"
+ADDRESS = re.compile(rf"(?:(?:ipv4|ipv6|dns):)?{_HOST}:\d{{1,5}}\b|unix(?:-abstract)?:[^\s,;]+"
+                     rf"|\b\d{{1,3}}(?:\.\d{{1,3}}){{3}}\b")
 ABOUT_THE_REQUEST = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.FAILED_PRECONDITION,
                      grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.NOT_FOUND,
                      grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)

@@ -7,6 +7,9 @@ Puts, gets and lookups are split per shard and run concurrently; results come ba
 A shard that answers UNAVAILABLE is skipped for a while: its keys go to the next shard in their rendezvous ranking (the
 same fallback every client computes), a Get that misses a block on one shard tries the key's next-ranked shards, and
 lookups, leases and releases carry on with the live shards (a dead shard's leases died with it).
+
+Blocks are signed with the stack's KV key on Put and checked on Get (``kvstore/mac.py``). The module is longer than
+most: it is the one client of the kvstore, with both of its transfer paths (the socket and shared memory) each way.
 """
 
 from __future__ import annotations
@@ -367,7 +370,8 @@ class KVStoreClient:
     async def stats(self) -> list[kvstore_pb2.StatsReply]:
         return list(await asyncio.gather(*(s.Stats(kvstore_pb2.StatsRequest()) for s in self.stubs)))
 
-    async def corrupt(self, key: str) -> None:
-        """Flip a byte of a stored block (tests: the kvstore must run with --enable-fault-injection)."""
+    async def corrupt(self, key: str, keep_checksum_valid: bool = False) -> None:
+        """Flip a byte of a stored block (tests: the kvstore must run with --enable-fault-injection, the caller be the
+        test identity); ``keep_checksum_valid``: rewrite its CRC32 to match (only the MAC tells then)."""
         faults = kvstore_faults_pb2_grpc.KVStoreFaultsStub(self.channels[self.shard_of(key)])
-        await faults.Corrupt(kvstore_faults_pb2.CorruptRequest(key=key))
+        await faults.Corrupt(kvstore_faults_pb2.CorruptRequest(key=key, keep_checksum_valid=keep_checksum_valid))

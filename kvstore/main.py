@@ -63,6 +63,8 @@ def shm_files(args) -> shm.ShmRegistry | None:
     """With --kv-shm: the socket clients register their shared-memory files on (None where that cannot be)."""
     if not args.kv_shm:
         return None
+    if args.port == 0:
+        raise SystemExit("--kv-shm: needs a fixed --port (clients find the shared-memory socket by it)")
     if not shm.available():
         raise SystemExit("--kv-shm: needs Linux (memfd_create and SCM_RIGHTS)")
     try:

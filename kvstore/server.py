@@ -10,17 +10,14 @@ import os
 
 import grpc
 
-from pdserve.common.authz import caller_role
 from pdserve.common.status import abort_code, abort_exhausted
 from pdserve.kvstore import metrics, shm
+from pdserve.kvstore.lease_rpcs import LeaseRPCs
 from pdserve.kvstore.store import (
-    MAX_LEASE_TTL_S,
     MAX_WAIT_S,
     Block,
     BlockStore,
     ChecksumMismatch,
-    LeaseExists,
-    LeaseQuota,
     MacMismatch,
     StoreFull,
     UnknownLease,
@@ -37,7 +34,7 @@ MAX_KEYS_PER_CALL = 65536
 OPS = ("put", "get", "lookup", "acquire", "renew", "release")
 
 
-class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
+class KVStoreService(LeaseRPCs, kvstore_pb2_grpc.KVStoreServicer):
     def __init__(self, store: BlockStore, shm_files: shm.ShmRegistry | None = None) -> None:
         """``shm_files``: the shared-memory files clients registered (the kvstore run with --kv-shm), or None."""
         self.store = store
@@ -70,13 +67,6 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                 await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
                                     f"keys: each key must have 1..{MAX_KEY_CHARS} characters")
         return keys
-
-    @staticmethod
-    async def _check_ttl(ttl: float, context, required: bool) -> float:
-        if not math.isfinite(ttl) or (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
-        return ttl
 
     @staticmethod
     def _count_lookup(op: str, asked: int, found: int) -> None:
@@ -251,11 +241,11 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
         if not math.isfinite(wait_s) or not 0 <= wait_s <= MAX_WAIT_S:
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, f"wait_s: must be in [0, {MAX_WAIT_S:g}]")
         deadline = asyncio.get_running_loop().time() + wait_s
-        # without a wait, resolve (and verify) every block before streaming any; with one, stream each as it comes
-        blocks = [await self._block(key, request.lease_id, context) for key in keys] if not wait_s else None
         shm_fd = await self._open_shm(request.shm_name, context) if request.shm_name else None
         offset = 0
         try:
+            # without a wait, resolve (and verify) every block before streaming any; with one, stream each as it comes
+            blocks = [await self._block(key, request.lease_id, context) for key in keys] if not wait_s else None
             for i, key in enumerate(keys):
                 block = blocks[i] if blocks is not None else await self._wait_block(key, deadline, request.lease_id,
                                                                                      context)
@@ -282,44 +272,6 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
             self._count_lookup("lookup", len(keys), n)
             return kvstore_pb2.LookupReply(present_prefix=n)
 
-    async def Acquire(self, request, context):
-        keys = await self._check_keys(request.keys, context)
-        if not request.lease_id or len(request.lease_id) > MAX_KEY_CHARS:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                             f"lease_id: must have 1..{MAX_KEY_CHARS} characters")
-        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        role = caller_role.get()
-        if request.create and role not in (None, "router"):  # None: a kvstore run with --insecure-internal
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"create: leases are created by the router, "
-                                                                   f"not by role {role}")
-        with metrics.OP_SECONDS.labels("acquire").time():
-            try:
-                if request.create:
-                    self.store.create_lease(request.lease_id, ttl, role or "")
-                n = self.store.acquire(keys, request.lease_id, ttl)
-            except LeaseExists as exc:
-                await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
-            except LeaseQuota as exc:
-                await abort_exhausted(context, str(exc))
-            except UnknownLease as exc:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        self._count_lookup("acquire", len(keys), n)
-        self._update_gauges()
-        self._notify()  # a Get waiting for these blocks under this lease may read them now
-        return kvstore_pb2.LookupReply(present_prefix=n)
-
-    async def Renew(self, request, context):
-        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        with metrics.OP_SECONDS.labels("renew").time():
-            return kvstore_pb2.LeaseReply(blocks=self.store.renew(request.lease_id, ttl))
-
-    async def Release(self, request, context):
-        with metrics.OP_SECONDS.labels("release").time():
-            n = self.store.release(request.lease_id)
-        self._update_gauges()
-        self._notify()  # a Get waiting on this lease's blocks gives up now
-        return kvstore_pb2.LeaseReply(blocks=n)
-
     async def Stats(self, request, context):
         s = self.store
         s.expire_leases()
@@ -329,11 +281,3 @@ class KVStoreService(kvstore_pb2_grpc.KVStoreServicer):
                                       checksum_failures=s.checksum_failures, shm_bytes=self.shm_bytes,
                                       mac_failures=s.mac_failures,
                                       shm_files=self.shm_files.files if self.shm_files is not None else 0)
-
-    async def expire_loop(self, period_s: float = 1.0) -> None:
-        while True:
-            await asyncio.sleep(period_s)
-            if self.store.expire_leases():
-                self._update_gauges()
-
-

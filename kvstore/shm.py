@@ -123,7 +123,7 @@ class ShmRegistry:
                         conn.send(handle.encode())
                     else:
                         conn.send(b"-")
-                elif message[1:].decode(errors="replace") in mine:  # unregister: not answered
+                elif message[:1] == b"U" and message[1:].decode(errors="replace") in mine:  # unregister: no answer
                     handle = message[1:].decode()
                     mine.discard(handle)
                     self._forget(handle)

@@ -113,7 +113,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         except grpc.aio.AioRpcError as exc:
             self._give_up(uploader)
             metrics.REQUESTS.labels("error").inc()
-            code = exc.code() if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.UNAVAILABLE
+            passed = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION)  # full; no such lease
+            code = exc.code() if exc.code() in passed else grpc.StatusCode.UNAVAILABLE
             await abort_code(context, code, f"kvstore: {exc.details()}")
         except Exception as exc:  # the model step failed
             self._give_up(uploader)
@@ -135,14 +136,20 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         """Lease what the kvstore already holds and load the reusable leading blocks into ``seq``'s cache.
 
         Returns (blocks present in the kvstore, blocks reused). At least one prompt token is always computed, since
-        the first output token needs its logits.
+        the first output token needs its logits. A block that fails its checksum or MAC on the way (the kvstore drops
+        it) is computed instead, with every block after it, and stored again.
         """
         bt = self.runtime.block_tokens
         stored = await lease.acquire(keys)
         reusable = (len(seq.prompt_ids) - 1) // bt
         local = self.cache.leading_hits(keys[:reusable])
         reuse = min(max(local, stored), reusable)
-        fetched = await self.kv.get(keys[local:reuse], lease_id=lease.lease_id) if reuse > local else []
+        try:
+            fetched = await self.kv.get(keys[local:reuse], lease_id=lease.lease_id) if reuse > local else []
+        except KVIntegrityError as exc:
+            log.warning("a reused block failed its check (%s); computing the prompt from block %d", exc, local)
+            metrics.KV_INTEGRITY_FAILURES.inc()
+            stored, reuse, fetched = local, local, []
         for i in range(reuse):
             data = self.cache.get(keys[i]) if i < local else fetched[i - local].data
             seq.kv.append_block(data, bt)

@@ -13,7 +13,6 @@ import grpc
 
 from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.metrics import request_id_var
-from pdserve.common.redact import public_message
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import MAX_SALT_CHARS, check_request_id
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
@@ -23,6 +22,7 @@ from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.router.auth import current_tenant
+from pdserve.router.kv_leases import request_lease, sample_lease
 from pdserve.router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
 from pdserve.router.prompt import RequestValidator
@@ -205,7 +205,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         # the router creates the request's lease and holds it (and a copy per extra sample) until the request ends,
         # e.g. cancelled between prefill and decode; prefill stores under it, decode releases it once it has the KV
         async with contextlib.AsyncExitStack() as leases:
-            lease = await leases.enter_async_context(await self._new_lease())
+            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s))
             prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                          lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
                                                          cache_salt=salt)
@@ -220,7 +220,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 samples[0].lease = lease  # sample 0 decodes under prefill's lease, the others under copies
                 for i in range(1, n):
                     if not firsts[i].finish_reason:
-                        samples[i].lease = await leases.enter_async_context(await self._lease_copy(lease, reply.kv, i))
+                        samples[i].lease = await leases.enter_async_context(await sample_lease(lease, reply.kv, i))
                 for i, first in enumerate(firsts):
                     yield self._chunk(samples, i, first)
                 requests = {}
@@ -252,28 +252,6 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                                      wait_s=min(MAX_WAIT_S, remaining if remaining is not None else MAX_WAIT_S))
         return start_prefetch(self.decode, decode_pb2.PrefetchRequest(request_id=request_id, kv=handle), remaining,
                               track)
-
-    async def _new_lease(self) -> KVLease:
-        try:
-            return await KVLease.create(self.kv, self.config.lease_ttl_s)
-        except grpc.aio.AioRpcError as err:
-            log.warning("kvstore: lease not created: %s: %s", err.code().name, err.details())
-            full = err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            raise UpstreamError(err.code() if full else grpc.StatusCode.UNAVAILABLE,
-                                public_message("kvstore", err.code(), err.details()), overloaded=full) from err
-
-    async def _lease_copy(self, lease: KVLease, handle: common_pb2.KVHandle, sample: int) -> KVLease:
-        """Another lease on a prefilled request's blocks, for sample ``sample``'s decode to take (and release)."""
-        if self.kv is None:
-            raise UpstreamError(grpc.StatusCode.FAILED_PRECONDITION, "sampling.n: n > 1 needs the router's --kvstore")
-        try:
-            copy = await lease.copy(list(handle.block_keys), f"{lease.lease_id}#{sample}")
-        except grpc.aio.AioRpcError as err:
-            raise UpstreamError(grpc.StatusCode.UNAVAILABLE, public_message("kvstore", err.code(), err.details())) \
-                from err
-        if copy is None:
-            raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "kvstore: the prefilled blocks are gone before decode")
-        return copy
 
     async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context,
                          track, prefer: str = ""):

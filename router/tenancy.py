@@ -34,7 +34,7 @@ class TenantSalts:
         self._key = derive(stack_key, b"tenant-salt") if stack_key else None
 
     def salt(self, tenant: str, cache_salt: str = "") -> str:
-        message = f"{tenant}\0{cache_salt}".encode()
+        message = f"{len(tenant)}:{tenant}{cache_salt}".encode()  # unambiguous: the tenant's length first
         if self._key is None:
             return hashlib.sha256(b"pdserve/tenant-salt\0" + message).hexdigest()
         return hmac.digest(self._key, message, "sha256").hex()
