@@ -23,6 +23,7 @@ import shlex
 import numpy as np
 
 from pdserve.bench.backends import BenchError, InProcessBackend
+from pdserve.bench.kv import process_cpu_s
 from pdserve.bench.runner import run
 from pdserve.bench.serve import load_spec, run_config, run_grpc, with_backend
 from pdserve.common.scrape import total
@@ -39,20 +40,27 @@ def step_wall_seconds(stack, processes, phase: str) -> float:
     return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_sum", phase=phase) for p in processes)
 
 
+def stack_cpu_seconds(stack) -> float:
+    """CPU seconds every process of the stack has used so far: steadier than wall time on a shared machine."""
+    return sum(process_cpu_s(p.popen.pid) for p in stack.processes)
+
+
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
                    extra: dict[str, list[str]] | None = None, insecure_internal: bool = False):
-    """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run)."""
+    """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run, CPU
+    seconds of the stack's processes in the run)."""
     from pdserve.launcher.stack import Stack, StackSpec
 
     with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {},
                          insecure_internal=insecure_internal)) as stack:
         workers = stack.decodes if colocated else stack.prefills
-        before: list[float] = []
+        before: list[tuple[float, float]] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
-            step_wall_seconds(stack, workers, "prefill")))
-        after = step_wall_seconds(stack, workers, "prefill")
-    prefill_s = after - before[0] if before else None
-    return result, prefill_s
+            (step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack))))
+        after = step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack)
+    if not before:
+        return result, None, None
+    return result, after[0] - before[0][0], after[1] - before[0][1]
 
 
 def handoff(summary: dict, result, prefill_s: float | None) -> dict:
@@ -104,11 +112,14 @@ def format_comparison(workload: str, points: dict[str, dict]) -> str:
 
 
 def security_cost(secured: dict, insecure: dict) -> str:
-    """The secured plane against the insecure one, as ratios of the same run's figures."""
+    """The secured plane against the insecure one, as ratios of the same run's figures: wall clock, and the stack's
+    CPU seconds per output token (which other work on a shared machine moves far less)."""
     def ratio(key: str) -> str:
         return f"{secured[key] / insecure[key]:.3f}" if insecure.get(key) else "-"
     return (f"secured / insecure internal plane: out tok/s {ratio('output_throughput')}, mean TTFT "
-            f"{ratio('mean_ttft_ms')}, mean TPOT {ratio('mean_tpot_ms')}, p99 E2EL {ratio('p99_e2el_ms')}")
+            f"{ratio('mean_ttft_ms')}, mean TPOT {ratio('mean_tpot_ms')}, p99 E2EL {ratio('p99_e2el_ms')}; stack CPU "
+            f"per output token {ratio('stack_cpu_ms_per_token')} ({secured.get('stack_cpu_ms_per_token', 0):.1f} against "
+            f"{insecure.get('stack_cpu_ms_per_token', 0):.1f} ms)")
 
 
 def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict[str, float]) -> int:
@@ -127,17 +138,19 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
     points: dict[str, dict] = {}
     for mode in modes:
         print(f"--- {mode} ---", flush=True)
-        prefill_s = None
+        prefill_s = cpu_s = None
         if mode == "in_process":
             result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
                                               lambda b, _: run(b, requests, spec)))
             backend_name = InProcessBackend.name
         else:
             extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
-            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
-                                               insecure_internal=mode == "disaggregated_insecure")
+            result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
+                                                      insecure_internal=mode == "disaggregated_insecure")
             backend_name = f"pdserve-{mode}"
         summary = summarize(result, percentiles, slo)
+        if cpu_s is not None and summary.get("total_output_tokens"):
+            summary["stack_cpu_ms_per_token"] = cpu_s / summary["total_output_tokens"] * 1000
         print(format_result(summary, f"{mode}", percentiles), flush=True)
         points[mode] = {"summary": summary, "result": result,
                         "config": run_config(a, backend_name, served, spec, len(result.records))}
