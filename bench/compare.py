@@ -84,14 +84,15 @@ def describe_workload(a: argparse.Namespace, n: int, spec: LoadSpec) -> str:
 
 def format_comparison(workload: str, points: dict[str, dict]) -> str:
     base = points.get("in_process", {}).get("summary", {}).get("output_throughput")
+    w = max([14, *(len(mode) for mode in points)])
     lines = [workload,
-             f"{'mode':<14} {'ok':>4} {'out tok/s':>10} {'vs in-proc':>10} {'mean TTFT':>10} {'mean TPOT':>10} "
+             f"{'mode':<{w}} {'ok':>4} {'out tok/s':>10} {'vs in-proc':>10} {'mean TTFT':>10} {'mean TPOT':>10} "
              f"{'p99 E2EL':>9} {'duration':>9}",
-             f"{'':<14} {'':>4} {'':>10} {'':>10} {'ms':>10} {'ms':>10} {'ms':>9} {'s':>9}"]
+             f"{'':<{w}} {'':>4} {'':>10} {'':>10} {'ms':>10} {'ms':>10} {'ms':>9} {'s':>9}"]
     for mode, p in points.items():
         s = p["summary"]
         ratio = f"{s['output_throughput'] / base:.2f}" if base else "-"
-        lines.append(f"{mode:<14} {s['completed']:>4} {s['output_throughput']:>10.1f} {ratio:>10} "
+        lines.append(f"{mode:<{w}} {s['completed']:>4} {s['output_throughput']:>10.1f} {ratio:>10} "
                      f"{s['mean_ttft_ms']:>10.1f} {s['mean_tpot_ms']:>10.2f} {s['p99_e2el_ms']:>9.1f} "
                      f"{s['duration']:>9.1f}")
     d = points.get("disaggregated", {}).get("handoff")
