@@ -65,7 +65,7 @@ def test_with_tls_the_edge_and_the_router_speak_only_tls(tls_stack):
     with pytest.raises(httpx.HTTPError):  # plain HTTP on the edge's port
         httpx.get(stack.http_url.replace("https://", "http://") + "/health", timeout=10)
     reply = httpx.get(stack.http_url + "/v1/models", headers={"Authorization": "Bearer tls-token-0001"},
-                      verify=stack.tls_ca, timeout=30)
+                      verify=ssl.create_default_context(cafile=stack.tls_ca), timeout=30)
     assert reply.status_code == 200
     with grpc.insecure_channel(stack.router_target) as ch:
         with pytest.raises(grpc.RpcError) as err:
@@ -83,7 +83,8 @@ def test_errors_name_the_role_that_failed_not_where_it_runs(tls_stack):
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert err.value.details().startswith("prefill:") and not ADDRESS.search(err.value.details())
         stack.kill(stack.router)  # the edge's own call to the router fails now
-        reply = httpx.post(stack.http_url + "/v1/completions", verify=stack.tls_ca, timeout=30,
+        reply = httpx.post(stack.http_url + "/v1/completions", timeout=30,
+                           verify=ssl.create_default_context(cafile=stack.tls_ca),
                            headers={"Authorization": "Bearer tls-token-0001"}, json={"prompt": "hi", "max_tokens": 2})
         assert reply.status_code == 503 and not ADDRESS.search(reply.json()["error"]["message"])
     finally:

@@ -2,6 +2,7 @@
 limits. (The internal plane: test_security_roles.py and the other test_security_*.py files.)"""
 
 import asyncio
+import ssl
 from pathlib import Path
 
 import grpc
@@ -120,13 +121,13 @@ def test_the_https_edge_checks_and_passes_the_callers_token_to_a_tls_router(tiny
     try:
         body = {"prompt": "the end", "max_tokens": 2, "temperature": 0}
         with openai.OpenAI(base_url=stack.http_url + "/v1", api_key=TOKEN, max_retries=0,
-                           http_client=httpx.Client(verify=stack.tls_ca)) as client:
+                           http_client=httpx.Client(verify=ssl.create_default_context(cafile=stack.tls_ca))) as client:
             done = client.completions.create(model=client.models.list().data[0].id, **body)
             assert done.usage.completion_tokens == 2
         seen = prefill_tokens_seen(stack)
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
             reply = httpx.post(stack.http_url + "/v1/completions", json=body, headers=headers, timeout=30,
-                               verify=stack.tls_ca)
+                               verify=ssl.create_default_context(cafile=stack.tls_ca))
             assert reply.status_code == 401 and "bearer token" in reply.json()["error"]["message"]
         assert prefill_tokens_seen(stack) == seen
         logs = "".join(p.log_path.read_text(errors="replace") for p in stack.processes)
