@@ -50,7 +50,7 @@ class StreamInterrupted(Exception):
     """A decode worker went away after streaming part of a request (the request can resume elsewhere)."""
 
     def __init__(self, target: str, err: grpc.aio.AioRpcError) -> None:
-        super().__init__(f"a decode worker went away mid-stream ({err.code().name.lower()})")
+        super().__init__(f"decode: a worker went away mid-stream ({err.code().name.lower()})")
         self.target = target  # for the router's log, never for the client
 
 
