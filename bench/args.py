@@ -36,9 +36,11 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compare", action="store_true",
                    help="start and run the in-process engine, the disaggregated stack and the colocated stack")
     g.add_argument("--model", default=None, help="GGUF for --compare (default: SmolLM2-135M-Instruct)")
-    g.add_argument("--modes", default="in_process,disaggregated,colocated", help="--compare: which of the three")
+    g.add_argument("--modes", default="in_process,disaggregated,colocated",
+                   help="--compare: which of in_process, disaggregated, disaggregated_insecure (the internal plane run "
+                        "with --insecure-internal: what its security costs), colocated")
     g.add_argument("--kv-shm", action="store_true",
-                   help="--compare: the disaggregated stack moves KV blocks through /dev/shm (kvstore and workers)")
+                   help="--compare: the disaggregated stack moves KV blocks through shared memory (kvstore and workers)")
     g.add_argument("--prefill-flags", default="", metavar="FLAGS",
                    help="--compare: extra flags for the prefill worker, e.g. \"--max-num-batched-tokens 2048\"")
     g.add_argument("--decode-flags", default="", metavar="FLAGS",

@@ -24,12 +24,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
-
 from pdserve.bench.chaos_load import COLUMNS, Row, Workload, fault_free, make_workload, steady_load, storm
 from pdserve.bench.chaos_up import attach, kill_under_up, restarts, supervising
-from pdserve.common.scrape import scrape, total
-from pdserve.kvstore.client import KVStoreClient
+from pdserve.common.scrape import total
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.launcher.state import AttachedStack
@@ -45,30 +42,30 @@ def rss_mb(pid: int) -> float:
 
 
 # --- what the stack still holds -------------------------------------------------------------------------------------
-def _gauge(port: int, name: str, **labels: str) -> float:
-    """The sum of a metric's samples with these labels on one /metrics page; 0 if the process is down."""
+def _gauge(stack: Stack, p, name: str, **labels: str) -> float:
+    """The sum of a metric's samples with these labels on one process's /metrics page; 0 if the process is down."""
     try:
-        return total(scrape(port), name, **labels)
+        return total(stack.scrape(p), name, **labels)
     except OSError:
         return 0.0
 
 
 def _handled(stack: Stack) -> tuple[float, float]:
     """(streams resumed by the router, prompts recomputed by decode workers) so far."""
-    resumed = _gauge(stack.router.metrics_port, "pdserve_router_retries_total", phase="resume")
-    recomputed = sum(_gauge(p.metrics_port, "pdserve_decode_kv_load_failures_total", policy="recompute")
+    resumed = _gauge(stack, stack.router, "pdserve_router_retries_total", phase="resume")
+    recomputed = sum(_gauge(stack, p, "pdserve_decode_kv_load_failures_total", policy="recompute")
                      for p in stack.decodes)
     return resumed, recomputed
 
 
-def _decode_held(target: str) -> int:
-    with grpc.insecure_channel(target) as ch:
+def _decode_held(stack: Stack, p) -> int:
+    with stack.channel(p, "admin") as ch:
         load = decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest(), timeout=5)
     return load.kv_blocks_used + load.running + load.waiting
 
 
 async def _leases(stack: Stack) -> int:
-    kv = KVStoreClient([p.target for p in stack.kvstores])
+    kv = stack.kv_client("admin")
     try:
         return sum(s.leases for s in await kv.stats())
     finally:
@@ -77,8 +74,8 @@ async def _leases(stack: Stack) -> int:
 
 def held(stack: Stack) -> tuple[int, int, int]:
     """(kvstore leases, decode blocks + sequences, router requests in flight) right now."""
-    return (asyncio.run(_leases(stack)), sum(_decode_held(p.target) for p in stack.decodes),
-            int(_gauge(stack.router.metrics_port, "pdserve_num_requests_inflight")))
+    return (asyncio.run(_leases(stack)), sum(_decode_held(stack, p) for p in stack.decodes),
+            int(_gauge(stack, stack.router, "pdserve_num_requests_inflight")))
 
 
 def idle_bound_s(stack) -> float:
@@ -99,11 +96,11 @@ def wait_idle(stack: Stack, bound_s: float) -> tuple[int, int, int]:
 
 # --- the faults -----------------------------------------------------------------------------------------------------
 def _busy_decode(stack: Stack):
-    return _busy_decode_of(stack.decodes)
+    return _busy_decode_of(stack, stack.decodes)
 
 
-def _busy_decode_of(decodes: list):
-    return max(decodes, key=lambda p: _decode_held(p.target))
+def _busy_decode_of(stack, decodes: list):
+    return max(decodes, key=lambda p: _decode_held(stack, p))
 
 
 def kill_and_restart(pick: Callable[[Stack], object], down_s: float = 1.0) -> Fault:
@@ -133,7 +130,7 @@ FAULTS: dict[str, Fault | None] = {
     # kill -9 under pdserve up: the supervisor brings the process back (bench/chaos_up.py)
     "up_kill_kvstore": kill_under_up("kvstore"),
     "up_kill_prefill": kill_under_up("prefill_server"),
-    "up_kill_decode": kill_under_up("decode_server", lambda members: _busy_decode_of(members)),
+    "up_kill_decode": kill_under_up("decode_server", _busy_decode_of),
     "up_kill_router": kill_under_up("router"),
     "up_kill_openai": kill_under_up("openai_server"),
 }

@@ -25,15 +25,15 @@ UP_ROLES = {"kvstore": "kvstore", "prefill": "prefill_server", "decode": "decode
             "openai": "openai_server"}
 
 
-def kill_under_up(module: str, pick: Callable[[list], object] = lambda members: members[-1]):
-    """SIGKILL one process of ``module`` (``pick`` chooses among them) and wait until the supervisor has it serving
-    again."""
+def kill_under_up(module: str, pick: Callable[[object, list], object] = lambda _stack, members: members[-1]):
+    """SIGKILL one process of ``module`` (``pick(stack, members)`` chooses among them) and wait until the supervisor
+    has it serving again."""
     def fault(stack, supervised: AttachedStack) -> None:
         supervised.refresh()
         members = [p for p in supervised.processes if p.module == module]
         if not members:
             raise ValueError(f"fault: the stack has no {module} process to kill")
-        victim = pick(members)
+        victim = pick(supervised, members)
         os.kill(victim.pid, signal.SIGKILL)
         supervised.wait_restarted(victim.name, victim.pid, RESTART_WAIT_S)
     return fault

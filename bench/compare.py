@@ -1,7 +1,9 @@
-"""``pdserve bench --compare``: one workload, three ways of serving it, one table.
+"""``pdserve bench serve --compare``: one workload, several ways of serving it, one table.
 
 - ``in_process``: the engine in this process (one process, every core);
-- ``disaggregated``: router -> prefill -> kvstore -> decode, separate processes started here;
+- ``disaggregated``: router -> prefill -> kvstore -> decode, separate processes started here, the internal plane
+  secured as ``pdserve up`` starts it (mutual TLS, per-RPC authorization, block MACs);
+- ``disaggregated_insecure``: the same with ``--insecure-internal``, for what the security costs (the ratio line);
 - ``colocated``: router and a decode worker that prefills itself (no kvstore).
 
 Random prompts ignore EOS, so every mode generates the same tokens and output tokens/s compares like with like. For
@@ -21,35 +23,44 @@ import shlex
 import numpy as np
 
 from pdserve.bench.backends import BenchError, InProcessBackend
+from pdserve.bench.kv import process_cpu_s
 from pdserve.bench.runner import run
 from pdserve.bench.serve import load_spec, run_config, run_grpc, with_backend
-from pdserve.common.scrape import scrape, total
+from pdserve.common.scrape import total
 from pdserve.workload.record import LoadSpec
 from pdserve.workload.report import default_result_path, format_result, result_json, save_json
 from pdserve.workload.requests import ServedModel, build_requests
 from pdserve.workload.stats import summarize
 
-MODES = ("in_process", "disaggregated", "colocated")
+MODES = ("in_process", "disaggregated", "disaggregated_insecure", "colocated")
 
 
-def step_wall_seconds(metrics_ports: list[int], phase: str) -> float:
+def step_wall_seconds(stack, processes, phase: str) -> float:
     """Summed wall seconds of the workers' steps of one phase so far."""
-    return sum(total(scrape(port), "pdserve_step_wall_seconds_sum", phase=phase) for port in metrics_ports)
+    return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_sum", phase=phase) for p in processes)
+
+
+def stack_cpu_seconds(stack) -> float:
+    """CPU seconds every process of the stack has used so far: steadier than wall time on a shared machine."""
+    return sum(process_cpu_s(p.popen.pid) for p in stack.processes)
 
 
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
-                   extra: dict[str, list[str]] | None = None):
-    """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run)."""
+                   extra: dict[str, list[str]] | None = None, insecure_internal: bool = False):
+    """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run, CPU
+    seconds of the stack's processes in the run)."""
     from pdserve.launcher.stack import Stack, StackSpec
 
-    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {})) as stack:
-        ports = [p.metrics_port for p in (stack.decodes if colocated else stack.prefills)]
-        before: list[float] = []
+    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {},
+                         insecure_internal=insecure_internal)) as stack:
+        workers = stack.decodes if colocated else stack.prefills
+        before: list[tuple[float, float]] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
-            step_wall_seconds(ports, "prefill")))
-        after = step_wall_seconds(ports, "prefill")
-    prefill_s = after - before[0] if before else None
-    return result, prefill_s
+            (step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack))))
+        after = step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack)
+    if not before:
+        return result, None, None
+    return result, after[0] - before[0][0], after[1] - before[0][1]
 
 
 def handoff(summary: dict, result, prefill_s: float | None) -> dict:
@@ -73,14 +84,15 @@ def describe_workload(a: argparse.Namespace, n: int, spec: LoadSpec) -> str:
 
 def format_comparison(workload: str, points: dict[str, dict]) -> str:
     base = points.get("in_process", {}).get("summary", {}).get("output_throughput")
+    w = max([14, *(len(mode) for mode in points)])
     lines = [workload,
-             f"{'mode':<14} {'ok':>4} {'out tok/s':>10} {'vs in-proc':>10} {'mean TTFT':>10} {'mean TPOT':>10} "
+             f"{'mode':<{w}} {'ok':>4} {'out tok/s':>10} {'vs in-proc':>10} {'mean TTFT':>10} {'mean TPOT':>10} "
              f"{'p99 E2EL':>9} {'duration':>9}",
-             f"{'':<14} {'':>4} {'':>10} {'':>10} {'ms':>10} {'ms':>10} {'ms':>9} {'s':>9}"]
+             f"{'':<{w}} {'':>4} {'':>10} {'':>10} {'ms':>10} {'ms':>10} {'ms':>9} {'s':>9}"]
     for mode, p in points.items():
         s = p["summary"]
         ratio = f"{s['output_throughput'] / base:.2f}" if base else "-"
-        lines.append(f"{mode:<14} {s['completed']:>4} {s['output_throughput']:>10.1f} {ratio:>10} "
+        lines.append(f"{mode:<{w}} {s['completed']:>4} {s['output_throughput']:>10.1f} {ratio:>10} "
                      f"{s['mean_ttft_ms']:>10.1f} {s['mean_tpot_ms']:>10.2f} {s['p99_e2el_ms']:>9.1f} "
                      f"{s['duration']:>9.1f}")
     d = points.get("disaggregated", {}).get("handoff")
@@ -95,7 +107,20 @@ def format_comparison(workload: str, points: dict[str, dict]) -> str:
                          f"(prefill compute not exposed by the workers' metrics)")
         lines.append(f"decode's KV fetch before the second token: {d['mean_kv_fetch_ms']:.1f} ms mean, "
                      f"{d['p99_kv_fetch_ms']:.1f} ms p99")
+    if "disaggregated" in points and "disaggregated_insecure" in points:
+        lines.append(security_cost(points["disaggregated"]["summary"], points["disaggregated_insecure"]["summary"]))
     return "\n".join(lines)
+
+
+def security_cost(secured: dict, insecure: dict) -> str:
+    """The secured plane against the insecure one, as ratios of the same run's figures: wall clock, and the stack's
+    CPU seconds per output token (which other work on a shared machine moves far less)."""
+    def ratio(key: str) -> str:
+        return f"{secured[key] / insecure[key]:.3f}" if insecure.get(key) else "-"
+    return (f"secured / insecure internal plane: out tok/s {ratio('output_throughput')}, mean TTFT "
+            f"{ratio('mean_ttft_ms')}, mean TPOT {ratio('mean_tpot_ms')}, p99 E2EL {ratio('p99_e2el_ms')}; stack CPU "
+            f"per output token {ratio('stack_cpu_ms_per_token')} ({secured.get('stack_cpu_ms_per_token', 0):.1f} against "
+            f"{insecure.get('stack_cpu_ms_per_token', 0):.1f} ms)")
 
 
 def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict[str, float]) -> int:
@@ -114,16 +139,19 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
     points: dict[str, dict] = {}
     for mode in modes:
         print(f"--- {mode} ---", flush=True)
-        prefill_s = None
+        prefill_s = cpu_s = None
         if mode == "in_process":
             result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
                                               lambda b, _: run(b, requests, spec)))
             backend_name = InProcessBackend.name
         else:
             extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
-            result, prefill_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra)
+            result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
+                                                      insecure_internal=mode == "disaggregated_insecure")
             backend_name = f"pdserve-{mode}"
         summary = summarize(result, percentiles, slo)
+        if cpu_s is not None and summary.get("total_output_tokens"):
+            summary["stack_cpu_ms_per_token"] = cpu_s / summary["total_output_tokens"] * 1000
         print(format_result(summary, f"{mode}", percentiles), flush=True)
         points[mode] = {"summary": summary, "result": result,
                         "config": run_config(a, backend_name, served, spec, len(result.records))}

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import grpc
 
@@ -83,12 +85,12 @@ async def _n16_stalled(target: str, _decode: str, stall_s: float) -> str:
     return f"read one chunk, stalled {stall_s:g} s, cancelled"
 
 
-async def _prefetch_ttl(target: str, decode: str, stall_s: float) -> str:
+async def _prefetch_ttl(target: str, decode: Callable[[], grpc.aio.Channel], stall_s: float) -> str:
     async with AsyncPdserveClient(target) as client:
         fingerprint = (await client.list_models()).models[0].fingerprint
     handle = common_pb2.KVHandle(block_keys=["never-stored"] * 3, token_count=40, block_tokens=16, lease_id="hostile",
                                  lease_ttl_s=1e9, wait_s=600, model_fingerprint=fingerprint)
-    async with grpc.aio.insecure_channel(decode) as ch:
+    async with decode() as ch:  # as the router: the one role that may call Prefetch
         stub = decode_pb2_grpc.DecodeStub(ch)
         calls, refused = [], 0
         for i in range(16):
@@ -110,7 +112,8 @@ async def _prefetch_ttl(target: str, decode: str, stall_s: float) -> str:
            f"{stall_s:g} s: {late_code}"
 
 
-async def run_case(case: str, target: str, decode: str, router_pid: int, stall_s: float, clients: int) -> HostileRow:
+async def run_case(case: str, target: str, decode: Callable[[], grpc.aio.Channel], router_pid: int, stall_s: float,
+                   clients: int) -> HostileRow:
     watch = Watch(target, router_pid)
     others = asyncio.create_task(watch.run(clients))
     await asyncio.sleep(3.0)  # the other streams are running
@@ -133,10 +136,12 @@ def main(a) -> int:
     from pdserve.launcher.state import AttachedStack, default_state_path
 
     if a.router and a.decode and a.router_pid:
-        target, decode, pid = a.router, a.decode, a.router_pid
+        target, pid = a.router, a.router_pid
+        decode = partial(grpc.aio.insecure_channel, a.decode)  # (a stack run with --insecure-internal)
     else:
         stack = AttachedStack(a.state_file or default_state_path(a.port))
-        target, decode, pid = stack.router_target, stack.decodes[0].target, stack.router.pid
+        target, pid = stack.router_target, stack.router.pid
+        decode = partial(stack.aio_channel, stack.decodes[0], "router")  # the stack's router identity
     rows = []
     for case in [c for c in a.cases.split(",") if c]:
         if case not in CASES:
@@ -154,7 +159,7 @@ def add_args(p) -> None:
     p.add_argument("--state-file", default=None, help="or its state file")
     p.add_argument("--router", default=None, help="instead of attaching: the router's address (with --decode and "
                    "--router-pid)")
-    p.add_argument("--decode", default=None, help="a decode worker's address")
+    p.add_argument("--decode", default=None, help="a decode worker's address (plaintext: a stack run with --insecure-internal)")
     p.add_argument("--router-pid", type=int, default=0)
     p.add_argument("--stall-s", type=float, default=20.0)
     p.add_argument("--clients", type=int, default=2, help="other clients streaming meanwhile")

@@ -53,7 +53,8 @@ class KVStoreProcess:
     def __init__(self, python: str, capacity_mb: float) -> None:
         self.target = f"127.0.0.1:{free_port()}"
         self.proc = subprocess.Popen([python, "-m", "pdserve.kvstore", "--port", self.target.split(":")[1],
-                                      "--capacity-mb", f"{capacity_mb:g}", "--log-level", "WARNING"],
+                                      "--capacity-mb", f"{capacity_mb:g}", "--log-level", "WARNING",
+                                      "--insecure-internal"],  # the store's own costs (bench kv prices security)
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_for(partial(grpc_serving, self.target), 120, f"bench kv --scale: {self.target} SERVING", self.proc,
                  lambda: self.proc.stderr.read().decode()[-2000:])
@@ -72,9 +73,12 @@ class KVStoreProcess:
 
 
 async def _fill(kv: KVStoreClient, start: int, stop: int, nbytes: int = TINY_BYTES) -> None:
-    for first in range(start, stop, FILL_BATCH):
+    for first in range(start, stop, FILL_BATCH):  # each batch stored under a lease of its own, released at once
+        lease = f"fill-{first}"
+        await kv.create_lease(lease, 60.0)
         await kv.put([BlockData(f"tiny-{i:012d}", 1, i.to_bytes(8, "little") * (nbytes // 8) or b"\x01")
-                      for i in range(first, min(stop, first + FILL_BATCH))])
+                      for i in range(first, min(stop, first + FILL_BATCH))], lease, 60.0)
+        await kv.release(lease)
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -87,12 +91,13 @@ async def _one_request(kv: KVStoreClient, block_bytes: int, repeat: int) -> tupl
     for _ in range(repeat):
         block = BlockData(f"req-{uuid.uuid4().hex}", 16, bytes(block_bytes))
         lease = uuid.uuid4().hex
+        await kv.create_lease(lease, 30.0)
         t0 = time.perf_counter()
         await kv.put([block], lease, 30.0)
         t1 = time.perf_counter()
         await kv.get([block.key])
         t2 = time.perf_counter()
-        await kv.acquire([block.key], lease + "-2", 30.0)
+        await kv.acquire([block.key], lease + "-2", 30.0, create=True)
         await kv.release(lease + "-2")
         t3 = time.perf_counter()
         await kv.release(lease)
@@ -153,7 +158,8 @@ async def _partial_put(target: str, mbytes: float, key: str, sent: list[int]) ->
     stop = asyncio.Event()
 
     async def messages():
-        yield kvstore_pb2.PutChunk(header=kvstore_pb2.BlockHeader(key=key, token_count=1, nbytes=MAX_BLOCK_BYTES,
+        yield kvstore_pb2.PutChunk(lease_id=key, lease_ttl_s=60.0,
+                                   header=kvstore_pb2.BlockHeader(key=key, token_count=1, nbytes=MAX_BLOCK_BYTES,
                                                                   crc32=zlib.crc32(b"")))
         chunk = bytes(CHUNK_BYTES)
         for _ in range(int(mbytes * (1 << 20)) // CHUNK_BYTES):
@@ -162,8 +168,10 @@ async def _partial_put(target: str, mbytes: float, key: str, sent: list[int]) ->
         await stop.wait()
 
     async with channel(target) as ch:
+        stub = kvstore_pb2_grpc.KVStoreStub(ch)
+        await stub.Acquire(kvstore_pb2.AcquireRequest(lease_id=key, lease_ttl_s=60.0, create=True))
         try:
-            await kvstore_pb2_grpc.KVStoreStub(ch).Put(messages())
+            await stub.Put(messages())
         except grpc.aio.AioRpcError as err:
             return err.code().name
     return "stored"

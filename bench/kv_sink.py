@@ -10,7 +10,7 @@ import os
 
 import grpc
 
-from pdserve.common.server import serve
+from pdserve.common.server import CHANNEL_OPTIONS, serve
 from pdserve.kvstore.memory import keep_freed_memory
 from pdserve.kvstore.wire import CHUNK_BYTES
 
@@ -53,6 +53,25 @@ def serve_sink(port: int) -> None:
 
 
 # --- measuring -----------------------------------------------------------------------------------------------------
+class SinkClient:
+    """The sink as ``pdserve bench kv`` calls it."""
+
+
+    def __init__(self, target: str) -> None:
+        self.channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self.put_call = self.channel.stream_unary(f"/{SINK_SERVICE}/Put")
+        self.get_call = self.channel.unary_stream(f"/{SINK_SERVICE}/Get")
+
+    async def put(self, messages: list[bytes]) -> None:
+        await self.put_call(iter(messages))
+
+    async def get(self, block_bytes: int, count: int) -> int:
+        """Receive and hold the bytes until the end of the stream, as a fetch for a decode worker does."""
+        request = block_bytes.to_bytes(8, "little") + count.to_bytes(8, "little")
+        held = [message async for message in self.get_call(request)]
+        return sum(len(m) for m in held)
+
+
 def message_sizes(block_bytes: int) -> list[int]:
     """The data messages of one block, as the kvstore sends them."""
     return [min(CHUNK_BYTES, block_bytes - start) for start in range(0, block_bytes, CHUNK_BYTES)]

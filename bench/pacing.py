@@ -9,16 +9,16 @@ from __future__ import annotations
 import numpy as np
 
 from pdserve.bench.serve import run_grpc
-from pdserve.common.scrape import scrape, total
+from pdserve.common.scrape import total
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.workload.datasets import BenchRequest
 from pdserve.workload.record import LoadSpec, Sampling
 from pdserve.workload.report import fixed_width
 
 
-def _decode_step_stats(port: int) -> tuple[float, float, float]:
+def _decode_step_stats(stack: Stack) -> tuple[float, float, float]:
     """(steps, summed modeled seconds, summed batch size) of the decode worker so far."""
-    page = scrape(port)
+    page = stack.scrape(stack.decodes[0])
     return (total(page, "pdserve_step_modeled_seconds_count", phase="decode"),
             total(page, "pdserve_step_modeled_seconds_sum", phase="decode"),
             total(page, "pdserve_step_batch_tokens_sum", phase="decode"))
@@ -31,17 +31,16 @@ def run_pacing_bench(concurrencies=(1, 16, 64), prompt_len: int = 256, output_le
                      extra={"decode": ["--max-num-seqs", str(max(concurrencies))]})
     rows = []
     with Stack(spec) as stack:
-        port = stack.decodes[0].metrics_port
         for concurrency in concurrencies:
             n = max(4, waves * concurrency)
             requests = [BenchRequest(output_len=output_len, token_ids=rng.integers(100, 40000, prompt_len).tolist())
                         for _ in range(n)]
-            before = _decode_step_stats(port)
+            before = _decode_step_stats(stack)
             spec = LoadSpec(max_concurrency=concurrency, sampling=Sampling(temperature=0.0, ignore_eos=True),
                             progress=False)
             run = run_grpc(stack.router_target, requests, spec)
             results, duration = run.records, run.duration_s
-            after = _decode_step_stats(port)
+            after = _decode_step_stats(stack)
             ok = [r for r in results if r.ok]
             steps = after[0] - before[0]
             wall_tpot = float(np.mean([r.tpot_s for r in ok]))

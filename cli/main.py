@@ -9,13 +9,14 @@ import sys
 import grpc
 
 from pdserve.bench import cli as bench_commands
-from pdserve.cli import generate, perf, sim, stack
+from pdserve.cli import generate, identities, perf, sim, stack
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pdserve", description="disaggregated prefill/decode serving")
     sub = parser.add_subparsers(dest="command", required=True)
     stack.register(sub)  # up, demo
+    identities.register(sub)  # identities
     generate.register(sub, os.environ.get("PDSERVE_ROUTER", "127.0.0.1:50050"))  # generate, chat
     perf.register(sub)  # perf
     sim.register(sub)  # simulate, plan

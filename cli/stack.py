@@ -30,7 +30,7 @@ def stack_spec_from_args(a: argparse.Namespace):
                      colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
                      metrics_base_port=getattr(a, "metrics_base_port", 0),
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
-                     deployment=a.deployment, kv_dtype=a.kv_dtype,
+                     deployment=a.deployment, kv_dtype=a.kv_dtype, insecure_internal=a.insecure_internal,
                      http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm)
 
 
@@ -49,11 +49,16 @@ def cmd_up(a: argparse.Namespace) -> int:
     spec = stack_spec_from_args(a)
     spec.tls = a.tls
     if a.auth_token_file:
-        from pdserve.router.auth import load_token
+        from pdserve.common.tenants import Tenants
 
-        spec.auth_token = load_token(a.auth_token_file)
+        Tenants.from_flag(a.auth_token_file)  # a bad file stops here, naming the flag
+        spec.auth_token_file = str(Path(a.auth_token_file).resolve())
     if a.prometheus_config and not a.metrics:
         raise ValueError("prometheus_config: needs --metrics (the scrape config lists the metrics ports)")
+    if spec.insecure_internal:
+        from pdserve.common.tls import INSECURE_WARNING
+
+        print(f"WARNING: {INSECURE_WARNING}", file=sys.stderr)
     policy = RestartPolicy(a.restart, max_restarts=a.max_restarts, window_s=a.restart_window_s)
     stack = Stack(spec, inherit_output=a.verbose, tied=True)  # nothing outlives pdserve up, not even its kill -9
     stop = threading.Event()
@@ -64,8 +69,10 @@ def cmd_up(a: argparse.Namespace) -> int:
     try:
         state_file = Path(a.state_file) if a.state_file else default_state_path(stack.router.port)
         supervisor = Supervisor(stack, policy, state_file, log=lambda line: print(line, file=sys.stderr, flush=True),
-                                info={"up_pid": os.getpid(), "tls": spec.tls, "auth": bool(spec.auth_token),
-                                      "log_dir": str(stack.log_dir)})
+                                info={"up_pid": os.getpid(), "tls": spec.tls, "auth": bool(spec.auth_token_file),
+                                      "log_dir": str(stack.log_dir), "internal_tls": not spec.insecure_internal,
+                                      "identities": {role: str(path) for role, path in stack.identities.dirs.items()}
+                                      if stack.identities else {}})
         supervisor.write_state()
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())
@@ -76,9 +83,13 @@ def cmd_up(a: argparse.Namespace) -> int:
             path = write_scrape_config(stack, a.prometheus_config, rule_files=rules,
                                        scrape_interval_s=a.prometheus_scrape_interval_s)
             print(f"prometheus scrape config: {path}")
-        if stack.tls_files is not None:
-            f = stack.tls_files
-            print(f"TLS on every port, mutual TLS between services: CA {f.ca}, certificate {f.cert}, key {f.key}")
+        if stack.identities is not None and not spec.insecure_internal:
+            print(f"internal plane: mutual TLS, an identity per role, RPCs authorized by role; identities in "
+                  f"{stack.identities.directory} (metrics over HTTPS: present {stack.identities.dirs['prometheus']})")
+        if stack.tls_ca:
+            print(f"TLS on the router's port and the HTTP edge: verify with PDSERVE_TLS_CA={stack.tls_ca}")
+        if stack.token_file is None:
+            print("the public API takes no token: every caller is the tenant 'default' (--auth-token-file sets tenants)")
         print(f"processes exiting are restarted (--restart {policy.mode}); "
               f"status: pdserve up --status --port {stack.router.port}")
         if stack.edge is not None:
@@ -125,9 +136,11 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-scale", type=float, default=1.0)
     add_deployment_flag(p, help="the workers' modeled deployment (KEY=V,..; e.g. hardware=H200,dp_attention=1)")
     p.add_argument("--kv-shm", action="store_true",
-                   help="move KV blocks between the kvstores and the workers through /dev/shm (same host)")
+                   help="move KV blocks between the kvstores and the workers through shared memory (same host)")
     p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=tuple(KV_DTYPES),
                    help="the KV cache's element type on every worker, in the kvstore and on the wire")
+    p.add_argument("--insecure-internal", action="store_true",
+                   help="run the internal plane without identities, TLS or authorization (experiments only; warned)")
 
 
 def register(sub) -> None:
@@ -144,8 +157,11 @@ def register(sub) -> None:
                    help="alert rules file the scrape config loads (e.g. deploy/prometheus/alerts.yml)")
     p.add_argument("--prometheus-scrape-interval-s", type=float, default=5.0, help="scrape interval it sets")
     p.add_argument("--tls", action="store_true",
-                   help="generate a CA and serve TLS on every port, mutual TLS between services")
-    p.add_argument("--auth-token-file", default=None, help="the router then requires this bearer token")
+                   help="serve TLS on the public side too: the router's port and the HTTP edge (HTTPS), with the "
+                        "stack's CA (the internal plane has mutual TLS either way)")
+    p.add_argument("--auth-token-file", default=None,
+                   help="the router and the edge then require a bearer token: lines 'TENANT TOKEN' (or a bare TOKEN: "
+                        "tenant default), read again when the file changes")
     p.add_argument("--restart", default="always", choices=RESTART_MODES,
                    help="restart a process that exits: always, on-failure (non-zero exits), or no (the first exit "
                         "stops the stack)")

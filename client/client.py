@@ -29,14 +29,15 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
 
 
 def build_request(prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
-                  token_ids: list[int] | None = None, model: str = "", request_id: str = "",
+                  token_ids: list[int] | None = None, model: str = "", request_id: str = "", cache_salt: str = "",
                   **sampling) -> router_pb2.GenerateRequest:
-    """A GenerateRequest from exactly one of prompt / messages / token_ids plus sampling keywords."""
+    """A GenerateRequest from exactly one of prompt / messages / token_ids plus sampling keywords; ``cache_salt``
+    (vLLM's) shares cached prompt blocks only among the tenant's requests with the same salt."""
     given = [x is not None for x in (prompt, messages, token_ids)]
     if sum(given) != 1:
         raise ValueError("pass exactly one of prompt, messages, token_ids")
     sampling.setdefault("max_tokens", None)  # unset on the wire: the rest of the context
-    request = router_pb2.GenerateRequest(model=model, request_id=request_id,
+    request = router_pb2.GenerateRequest(model=model, request_id=request_id, cache_salt=cache_salt,
                                          sampling=sampling_to_proto(SamplingParams(**sampling)))
     if prompt is not None:
         request.text = prompt

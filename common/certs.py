@@ -1,14 +1,20 @@
-"""A throwaway certificate authority for a local stack (``pdserve up --tls``) and the tests.
+"""A stack's identities: one CA made at start and a certificate per role (``pdserve identities``, ``pdserve up``).
 
-One CA, and one certificate per name valid for localhost and 127.0.0.1, usable both to serve and as a client
-(mutual TLS). ECDSA P-256 keys; nothing here is meant for a production PKI.
+Each role's directory holds what a cert-manager Secret holds (``tls.crt``, ``tls.key``, ``ca.crt``) plus, for the
+roles that need it, the stack's KV key (``kv-mac.key``). A certificate names its role as the URI
+``spiffe://pdserve/<role>`` and is valid for the role's name as a host (``kvstore``: the compose and Kubernetes
+service names), ``localhost``, 127.0.0.1 and any extra ``hosts``; it serves and acts as a client (mutual TLS). ECDSA
+P-256 keys. The CA's private key is not kept: rotating means a new set (``trust`` keeps old CAs trusted meanwhile,
+docs/security.md).
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
-from dataclasses import dataclass
+import os
+import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 from cryptography import x509
@@ -16,50 +22,115 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pdserve.common.identity import (
+    CA_FILE,
+    CERT_FILE,
+    KEY_FILE,
+    KV_KEY_BYTES,
+    KV_KEY_FILE,
+    KV_KEY_ROLES,
+    ROLES,
+    spiffe_id,
+)
 
-@dataclass(frozen=True)
-class CertFiles:
-    cert: str
-    key: str
-    ca: str
+DEFAULT_DAYS = 90
+STACK_ROLES = ("router", "prefill", "decode", "kvstore", "openai", "prometheus", "admin")  # what `pdserve up` makes
 
 
-def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-    path.chmod(0o600)
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def _builder(subject: str, issuer: str, public_key, days: int) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.timezone.utc)
-    return (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+    return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
             .public_key(public_key).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days)))
 
 
-def make_ca(directory: str | Path, names: list[str], days: int = 7) -> dict[str, CertFiles]:
-    """Write ca.pem and, per name, <name>.pem and <name>.key signed by it. Returns the paths per name."""
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(path, mode)  # also when the file existed with another mode
+
+
+def _san(role: str, hosts: Iterable[str]) -> x509.SubjectAlternativeName:
+    names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id(role))]
+    for host in dict.fromkeys([role, "localhost", "127.0.0.1", "::1", *hosts]):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return x509.SubjectAlternativeName(names)
+
+
+def make_identities(directory: str | Path, roles: Iterable[str] = STACK_ROLES, hosts: Iterable[str] = (),
+                    days: int = DEFAULT_DAYS, owners: dict[str, int] | None = None) -> dict[str, Path]:
+    """A fresh CA, and per role ``<directory>/<role>/`` with its certificate, key, the CA and, for the roles in
+    KV_KEY_ROLES, one new KV key shared by them. ``owners``: role -> uid that gets the role's directory (as root, for
+    containers running each role as its own user). Returns role -> directory."""
+    roles = list(roles)
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise ValueError(f"roles: unknown {unknown}; known: {', '.join(ROLES)}")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = "pdserve local CA"
+    ca_name = f"pdserve stack CA {secrets.token_hex(4)}"  # two CAs trusted at once (a rotation) must differ
     ca_cert = (_builder(ca_name, ca_name, ca_key.public_key(), days)
                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+               .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                            data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                            crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
                .sign(ca_key, hashes.SHA256()))
-    (d / "ca.pem").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    bundle = _pem(ca_cert)
+    _write(d / CA_FILE, bundle, 0o644)
+    kv_key = secrets.token_bytes(KV_KEY_BYTES).hex().encode() + b"\n"
     out = {}
-    for name in names:
+    for role in roles:
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = (_builder(name, ca_name, key.public_key(), days)
-                .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                            x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+        cert = (_builder(f"pdserve {role}", ca_name, key.public_key(), days)
+                .add_extension(_san(role, hosts), critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                                critical=False)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
                 .sign(ca_key, hashes.SHA256()))
-        (d / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_key(key, d / f"{name}.key")
-        out[name] = CertFiles(str(d / f"{name}.pem"), str(d / f"{name}.key"), str(d / "ca.pem"))
+        role_dir = d / role
+        role_dir.mkdir(exist_ok=True)
+        role_dir.chmod(0o700)
+        _write(role_dir / CERT_FILE, _pem(cert), 0o644)
+        _write(role_dir / KEY_FILE, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()), 0o600)
+        _write(role_dir / CA_FILE, bundle, 0o644)
+        if role in KV_KEY_ROLES:
+            _write(role_dir / KV_KEY_FILE, kv_key, 0o600)
+        if owners and role in owners:
+            for path in [role_dir, *role_dir.iterdir()]:
+                os.chown(path, owners[role], owners[role])
+        out[role] = role_dir
     return out
+
+
+def _ca_files(directory: Path) -> list[Path]:
+    return [directory / CA_FILE] + sorted(directory.glob(f"*/{CA_FILE}"))
+
+
+def add_trust(directory: str | Path, pem: bytes) -> None:
+    """Make an identity set trust another CA too (its certificates in ``pem``): the first step of a rotation."""
+    for path in _ca_files(Path(directory)):
+        bundle = path.read_bytes()
+        if pem not in bundle:
+            path.write_bytes(bundle + pem)
+
+
+def drop_trust(directory: str | Path) -> None:
+    """Make an identity set trust only its own CA again (the first certificate of its bundle): the last step."""
+    own = x509.load_pem_x509_certificates((Path(directory) / CA_FILE).read_bytes())[0]
+    for path in _ca_files(Path(directory)):
+        path.write_bytes(_pem(own))

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from pdserve.common.tls import add_tls_flags
+from pdserve.common.tls import add_identity_flags, add_tls_flags
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
 from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 
@@ -64,14 +64,18 @@ class FlagParser(argparse.ArgumentParser):
         return [f"{flag}={value}"]
 
 
-def service_parser(name: str, default_port: int) -> FlagParser:
-    """Flags every service has."""
+def service_parser(name: str, default_port: int, public: bool = False) -> FlagParser:
+    """Flags every service has; ``public`` (the router, the HTTP edge) adds TLS for its public port."""
     parser = FlagParser(prog=f"python -m {name}", description=f"pdserve {name}")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address /metrics binds (HTTPS with client certificates under an identity)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    add_tls_flags(parser)
+    add_identity_flags(parser)
+    if public:
+        add_tls_flags(parser)
     return parser
 
 

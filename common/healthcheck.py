@@ -1,7 +1,9 @@
 """``python -m pdserve.common.healthcheck [HOST:PORT]``: exit 0 if the service answers grpc.health.v1 SERVING, else 1.
 
-The container health check (deploy/Dockerfile); the address defaults to 127.0.0.1:$PDSERVE_PORT, the port the
-service in the same container listens on.
+The container health check (deploy/Dockerfile) and the Kubernetes probes: the address defaults to
+127.0.0.1:$PDSERVE_PORT, the port the service in the same container listens on. It calls as the service's own
+identity ($PDSERVE_IDENTITY) when the port is internal (mutual TLS), the router's public port as a client does
+(TLS verified with the identity's CA when $PDSERVE_TLS_CERT is set, plaintext otherwise), and the HTTP edge's /health.
 """
 
 from __future__ import annotations
@@ -9,13 +11,33 @@ from __future__ import annotations
 import os
 import sys
 
-from pdserve.common.readiness import grpc_serving
+import grpc
+
+from pdserve.common.identity import Identity, IdentityError
+from pdserve.common.readiness import grpc_serving, http_ok
+
+
+def serving(target: str, identity: Identity | None) -> bool:
+    public_tls = bool(os.environ.get("PDSERVE_TLS_CERT"))
+    if identity is not None and identity.role == "openai":  # the HTTP edge
+        return http_ok(f"{'https' if public_tls else 'http'}://{target}/health", 3.0,
+                       identity.ca_path if public_tls else None)
+    if identity is None or identity.role == "router":  # the router's port is the public one
+        creds = grpc.ssl_channel_credentials(identity.ca) if identity is not None and public_tls else None
+    else:
+        creds = identity.channel_credentials
+    return grpc_serving(target, creds, timeout_s=3.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     target = argv[0] if argv else f"127.0.0.1:{os.environ.get('PDSERVE_PORT', '50050')}"
-    ok = grpc_serving(target, timeout_s=3.0)
+    try:
+        identity = Identity.load(os.environ["PDSERVE_IDENTITY"]) if os.environ.get("PDSERVE_IDENTITY") else None
+    except IdentityError as exc:
+        print(f"$PDSERVE_IDENTITY: {exc}")
+        return 1
+    ok = serving(target, identity)
     print(f"{target}: {'SERVING' if ok else 'not serving'}")
     return 0 if ok else 1
 

@@ -13,7 +13,7 @@ import inspect
 import time
 
 import grpc
-from prometheus_client import Counter, Histogram, Info
+from prometheus_client import Counter, Histogram, Info, start_http_server
 
 from pdserve.perfmodel.deployment import deployment_from_args
 
@@ -81,6 +81,17 @@ def set_process_info(service: str, args=None, model_name: str = "", fingerprint:
                       perf_ep=str(d.ep), perf_software=d.software, perf_dp_attention=str(d.dp_attention).lower(),
                       perf_kv_precision=d.kv_precision or "model", pace=args.pace, time_scale=f"{args.time_scale:g}")
     PROCESS_INFO.info(labels)
+
+
+def start_metrics_server(port: int, host: str, identity=None) -> None:
+    """Serve /metrics on ``host:port`` (loopback unless told otherwise). Under an identity (a ``common.identity.Identity``)
+    the page is HTTPS and asks for a client certificate from the stack's CA (Prometheus presents the prometheus
+    identity); without one, plain HTTP."""
+    if identity is None:
+        start_http_server(port, addr=host)
+    else:
+        start_http_server(port, addr=host, certfile=identity.cert_path, keyfile=identity.key_path,
+                          client_cafile=identity.ca_path, client_auth_required=True)
 
 
 def _rpc_type(handler: grpc.RpcMethodHandler) -> str:

@@ -7,6 +7,7 @@ tests all wait through :func:`wait_for`; the deadline only bounds a failure, it 
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -46,10 +47,11 @@ def grpc_serving(target: str, credentials: grpc.ChannelCredentials | None = None
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def http_ok(url: str, timeout_s: float = 1.0) -> bool:
-    """Whether ``url`` answers 200."""
+def http_ok(url: str, timeout_s: float = 1.0, cafile: str | None = None) -> bool:
+    """Whether ``url`` answers 200 (an https URL verified with ``cafile`` when given)."""
+    context = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as reply:
             return reply.status == 200
     except OSError:
         return False

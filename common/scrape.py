@@ -3,6 +3,7 @@ read the services' counters through here."""
 
 from __future__ import annotations
 
+import ssl
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,9 +19,12 @@ def parse(text: str) -> Samples:
     return out
 
 
-def scrape(port: int, host: str = "127.0.0.1", timeout_s: float = 5.0) -> Samples:
-    """Every sample of the /metrics page on ``host:port``."""
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout_s) as reply:
+def scrape(port: int, host: str = "127.0.0.1", timeout_s: float = 5.0,
+           ssl_context: ssl.SSLContext | None = None) -> Samples:
+    """Every sample of the /metrics page on ``host:port``; over HTTPS with ``ssl_context`` (a stack with identities
+    serves its metrics so, to clients presenting one: ``Stack.scrape``)."""
+    scheme = "https" if ssl_context is not None else "http"
+    with urllib.request.urlopen(f"{scheme}://{host}:{port}/metrics", timeout=timeout_s, context=ssl_context) as reply:
         return parse(reply.read().decode())
 
 

@@ -1,4 +1,5 @@
-"""Server scaffolding every pdserve service shares: grpc.aio server, health, reflection, metrics, graceful stop."""
+"""Server scaffolding every pdserve service shares: grpc.aio server, health, reflection, metrics, graceful stop, and
+the channels between services (mutual TLS under the process's identity, ``common/tls.py``)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from collections.abc import Callable, Iterable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from pdserve.common import tls
-from pdserve.common.metrics import MetricsInterceptor, request_id_var
+from pdserve.common.authz import RoleAuthorizer
+from pdserve.common.identity import Identity
+from pdserve.common.metrics import MetricsInterceptor, request_id_var, start_metrics_server
 
 log = logging.getLogger("pdserve")
 
@@ -38,12 +40,15 @@ CHANNEL_OPTIONS = GRPC_OPTIONS + [
 ]
 
 
-def channel(target: str) -> grpc.aio.Channel:
-    """An aio channel to another pdserve service, with the same message limits (TLS when ``--tls-ca`` is set)."""
-    config = tls.current()
-    if config.calls_tls:
-        return grpc.aio.secure_channel(target, config.channel_credentials(), options=CHANNEL_OPTIONS)
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+def channel(target: str, server_role: str, identity: Identity | None = None) -> grpc.aio.Channel:
+    """An aio channel to another pdserve service, with the same message limits. Under an identity (``identity``, else
+    the process's): mutual TLS, and the peer must hold a certificate valid for ``server_role``'s name (a kvstore's key
+    cannot pose as a prefill worker); without one (--insecure-internal), plaintext."""
+    identity = identity or tls.identity()
+    if identity is None:
+        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(target, identity.channel_credentials,
+                                   options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", server_role)])
 
 
 class RequestIdFilter(logging.Filter):
@@ -95,15 +100,21 @@ async def serve(
     grace_s: float = 5.0,
     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
     options: Iterable[tuple[str, object]] = (),
+    public: bool = False,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Start a service and run until SIGTERM/SIGINT.
 
     ``register`` adds the servicers to the server and returns their full service names (for health and reflection).
-    Health reports SERVING for each once the server has started, NOT_SERVING while it drains. The port serves TLS
-    (and asks for client certificates) as ``common.tls`` is configured; ``interceptors`` run after the metrics one.
+    Health reports SERVING for each once the server has started, NOT_SERVING while it drains. An internal service
+    (``public`` False) run with an identity serves mutual TLS and authorizes every RPC by the caller's role; a public
+    one (the router) serves TLS when ``--tls-cert`` is set and leaves callers to its own interceptors (bearer
+    tokens), which run after the metrics one.
     """
     follow_parent()
-    server = grpc.aio.server(interceptors=[MetricsInterceptor(name), *interceptors],
+    identity = tls.identity()
+    guard = [RoleAuthorizer()] if identity is not None and not public else []
+    server = grpc.aio.server(interceptors=[MetricsInterceptor(name), *guard, *interceptors],
                              options=GRPC_OPTIONS + list(options))
     service_names = list(register(server))
     health_servicer = health.aio.HealthServicer()
@@ -112,20 +123,22 @@ async def serve(
         service_names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
     config = tls.current()
-    if config.serves_tls:
-        bound = server.add_secure_port(f"{host}:{port}", config.server_credentials())
+    if public and config.serves_tls:
+        bound, how = server.add_secure_port(f"{host}:{port}", config.server_credentials()), " with TLS"
+    elif not public and identity is not None:
+        bound, how = server.add_secure_port(f"{host}:{port}", identity.server_credentials), " with mutual TLS as " + \
+            identity.role
     else:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound, how = server.add_insecure_port(f"{host}:{port}"), " in plaintext"
     if bound == 0:
         raise OSError(f"{name}: cannot bind {host}:{port}")
     if metrics_port:
-        start_http_server(metrics_port, addr=host)
+        start_metrics_server(metrics_port, metrics_host, identity)
     await server.start()
     for service in service_names + [""]:
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("%s serving on %s:%d%s (metrics on :%s)", name, host, bound,
-             " with TLS" + (" and client certificates" if config.client_ca else "") if config.serves_tls else "",
-             metrics_port or "-")
+    log.info("%s serving on %s:%d%s (metrics on %s)", name, host, bound, how,
+             f"{metrics_host}:{metrics_port}" + (" over HTTPS" if identity else "") if metrics_port else "-")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,36 +1,48 @@
-"""TLS for every gRPC port, and mutual TLS between services.
+"""The process's security settings: its identity on the internal plane, and TLS on a public port.
 
-Each service has one certificate (``--tls-cert`` / ``--tls-key``): it serves with it and presents it as a client
-when it calls another service. ``--tls-ca`` verifies the services it calls; ``--tls-client-ca`` makes its own port
-require a client certificate signed by that CA (mutual TLS: internal services set it; the router's public port usually
-does not, and checks a bearer token instead). Every flag has its ``PDSERVE_TLS_*`` variable. The settings are
-process-wide (``configure``) because every channel a service opens, whoever opens it, goes to another pdserve service.
+Internal plane: every service runs with ``--identity DIR`` (``common/identity.py``): it serves with mutual TLS
+(client certificates from the stack's CA required), authorizes each RPC by the caller's role, and calls other
+services as that identity, checking that the peer holds the role it expects (its certificate is valid for the role's
+name). ``--insecure-internal`` turns all of it off, with a warning at start; a service given neither refuses to start.
+
+Public side (the router's port and the HTTP edge): ``--tls-cert`` / ``--tls-key`` serve TLS there without client
+certificates (callers present a bearer token instead), and ``--tls-ca`` verifies the router the edge calls. Every flag
+has its ``PDSERVE_*`` variable. The settings are process-wide (``configure``): every channel a service opens goes to
+another pdserve service.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
+from pdserve.common.identity import Identity, IdentityError
+
+log = logging.getLogger("pdserve")
+
+INSECURE_WARNING = ("--insecure-internal: the internal plane is NOT secured: no TLS, no identities, no per-RPC "
+                    "authorization, no KV MACs; any process that reaches an internal port can call every RPC "
+                    "(experiments only)")
+
 
 @dataclass(frozen=True)
 class TLSConfig:
+    """TLS on a public port: the router's, the HTTP edge's (and the router the edge calls)."""
+
     cert: str | None = None
     key: str | None = None
     ca: str | None = None
-    client_ca: str | None = None
 
     def __post_init__(self) -> None:
         if bool(self.cert) != bool(self.key):
             raise ValueError("--tls-cert and --tls-key: give both or neither")
-        if self.client_ca and not self.cert:
-            raise ValueError("--tls-client-ca: needs --tls-cert and --tls-key (the port must serve TLS)")
-        for name in ("cert", "key", "ca", "client_ca"):
+        for name in ("cert", "key", "ca"):
             path = getattr(self, name)
             if path and not Path(path).is_file():
-                raise ValueError(f"--tls-{name.replace('_', '-')}: {path} is not a file")
+                raise ValueError(f"--tls-{name}: {path} is not a file")
 
     @property
     def serves_tls(self) -> bool:
@@ -41,44 +53,75 @@ class TLSConfig:
         return bool(self.ca)
 
     def server_credentials(self) -> grpc.ServerCredentials:
-        client_ca = _read(self.client_ca)
-        return grpc.ssl_server_credentials([(_read(self.key), _read(self.cert))], root_certificates=client_ca,
-                                           require_client_auth=client_ca is not None)
+        return grpc.ssl_server_credentials([(_read(self.key), _read(self.cert))])
 
-    def channel_credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(root_certificates=_read(self.ca), private_key=_read(self.key),
-                                            certificate_chain=_read(self.cert))
+    def channel_credentials(self, identity: Identity | None = None) -> grpc.ChannelCredentials:
+        """Verify the router with --tls-ca; present ``identity``'s certificate when there is one."""
+        return grpc.ssl_channel_credentials(root_certificates=_read(self.ca),
+                                            private_key=identity.key if identity else None,
+                                            certificate_chain=identity.cert if identity else None)
 
 
 def _read(path: str | None) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
-_current = TLSConfig()
+_public = TLSConfig()
+_identity: Identity | None = None
 
 
-def configure(config: TLSConfig) -> None:
-    global _current
-    _current = config
+def configure(public: TLSConfig = TLSConfig(), identity: Identity | None = None) -> None:
+    global _public, _identity
+    _public, _identity = public, identity
 
 
 def current() -> TLSConfig:
-    return _current
+    return _public
+
+
+def identity() -> Identity | None:
+    """This process's identity on the internal plane; None under --insecure-internal."""
+    return _identity
+
+
+def add_identity_flags(parser) -> None:
+    parser.add_argument("--identity", default=None, metavar="DIR",
+                        help="this service's identity on the internal plane: a directory with tls.crt, tls.key, "
+                             "ca.crt (as a cert-manager Secret) and kv-mac.key (`pdserve identities` makes them)")
+    parser.add_argument("--insecure-internal", action="store_true",
+                        help="no TLS, identities or authorization between services (experiments only; warned at start)")
 
 
 def add_tls_flags(parser) -> None:
-    parser.add_argument("--tls-cert", default=None, help="this service's certificate (PEM): its port serves TLS")
+    parser.add_argument("--tls-cert", default=None, help="certificate (PEM) this public port serves TLS with")
     parser.add_argument("--tls-key", default=None, help="the certificate's private key (PEM)")
-    parser.add_argument("--tls-ca", default=None, help="CA (PEM) that verifies the services this one calls")
-    parser.add_argument("--tls-client-ca", default=None,
-                        help="require client certificates signed by this CA (PEM): mutual TLS")
+    parser.add_argument("--tls-ca", default=None, help="CA (PEM) that verifies the router this process calls")
 
 
-def configure_from_args(args) -> TLSConfig:
-    """Check the TLS flags and make them the process's settings; a bad path stops the service naming the flag."""
+def configure_from_args(args, role: str, needs_kv_key: bool = False) -> TLSConfig:
+    """Check the security flags and make them the process's settings. A bad path, an identity of another role, or
+    neither --identity nor --insecure-internal stops the service with a message naming the flag."""
     try:
-        config = TLSConfig(args.tls_cert, args.tls_key, args.tls_ca, args.tls_client_ca)
+        public = TLSConfig(getattr(args, "tls_cert", None), getattr(args, "tls_key", None),
+                           getattr(args, "tls_ca", None))
     except ValueError as exc:
         raise SystemExit(f"tls: {exc}") from None
-    configure(config)
-    return config
+    ident = None
+    if args.identity and args.insecure_internal:
+        raise SystemExit("--identity and --insecure-internal: give one")
+    if args.insecure_internal:
+        log.warning(INSECURE_WARNING)
+    elif not args.identity:
+        raise SystemExit(f"--identity: required (a directory made by `pdserve identities`, holding this {role}'s "
+                         "certificate); --insecure-internal runs without one")
+    else:
+        try:
+            ident = Identity.load(args.identity)
+            if needs_kv_key:
+                ident.require_kv_key()
+        except IdentityError as exc:
+            raise SystemExit(f"--identity: {exc}") from None
+        if ident.role != role:
+            raise SystemExit(f"--identity: {args.identity} is a {ident.role} identity; this service is {role}")
+    configure(public, ident)
+    return public

@@ -11,6 +11,7 @@ from pdserve.engine.params import InvalidParameter, SamplingParams, validate_req
 from pdserve.v1 import common_pb2
 
 MAX_REQUEST_ID_CHARS = 128
+MAX_SALT_CHARS = 256  # a request's cache_salt, and the salt the router derives from it
 
 
 def check_request_id(request_id: str) -> str:

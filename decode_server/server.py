@@ -100,6 +100,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         rt = self.runtime
         if not kv.block_keys:
             raise InvalidParameter("kv.block_keys", "empty: send a KV handle from prefill, or colocated=true")
+        if not kv.lease_id:
+            raise InvalidParameter("kv.lease_id", "required: the blocks are read under the request's lease")
         if not 0 < kv.token_count < rt.config.context_length:
             raise InvalidParameter("kv.token_count", f"must be in [1, {rt.config.context_length - 1}], "
                                                      f"got {kv.token_count}")

@@ -2,7 +2,8 @@
 (which predicts them to prefetch and to route by cache affinity), decode and the kvstore.
 
 A full block's key chains the key before it with the model, the KV format and the block's token ids, so equal
-prefixes have equal keys in every process; a partial last block is named by the request that wrote it.
+prefixes have equal keys in every process; a salt (the router derives one per tenant) starts the chain, so equal
+prefixes have equal keys only under the same salt. A partial last block is named by the request that wrote it.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ DEFAULT_BLOCK_TOKENS = 16
 
 
 def block_keys(token_ids: list[int], fingerprint: str, block_tokens: int = DEFAULT_BLOCK_TOKENS,
-               kv_dtype: str = DEFAULT_KV_DTYPE) -> list[str]:
+               kv_dtype: str = DEFAULT_KV_DTYPE, salt: str = "") -> list[str]:
     """Chained content keys of the *full* blocks of ``token_ids``.
 
-    key_i = sha256(key_{i-1} | fingerprint | dtype | block size | token ids of block i). Equal prefixes give equal
-    keys in any process, which is what makes prefix reuse across requests and services work.
+    key_i = sha256(key_{i-1} | fingerprint | dtype | block size | token ids of block i), key_{-1} = ``salt``
+    (sha256'd when set). Equal prefixes under equal salts give equal keys in any process, which is what makes prefix
+    reuse across requests and services work; under different salts they share nothing.
     """
     keys: list[str] = []
-    previous = ""
+    previous = hashlib.sha256(f"salt|{salt}".encode()).hexdigest() if salt else ""
     for start in range(0, len(token_ids) - block_tokens + 1, block_tokens):
         block = token_ids[start:start + block_tokens]
         digest = hashlib.sha256()

@@ -7,6 +7,9 @@ Puts, gets and lookups are split per shard and run concurrently; results come ba
 A shard that answers UNAVAILABLE is skipped for a while: its keys go to the next shard in their rendezvous ranking (the
 same fallback every client computes), a Get that misses a block on one shard tries the key's next-ranked shards, and
 lookups, leases and releases carry on with the live shards (a dead shard's leases died with it).
+
+Blocks are signed with the stack's KV key on Put and checked on Get (``kvstore/mac.py``). The module is longer than
+most: it is the one client of the kvstore, with both of its transfer paths (the socket and shared memory) each way.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from dataclasses import dataclass
 
 import grpc
 
+from pdserve.common import tls
+from pdserve.common.identity import Identity
 from pdserve.common.server import channel
 from pdserve.kvstore import shm as shm_files
+from pdserve.kvstore.mac import BlockMAC, MacMismatch
 from pdserve.kvstore.memory import keep_freed_memory
 from pdserve.kvstore.store import block_views, checksum
 from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
@@ -66,17 +72,31 @@ def _unavailable(result: object) -> bool:
     return isinstance(result, grpc.aio.AioRpcError) and result.code() == grpc.StatusCode.UNAVAILABLE
 
 
+def _loopback_port(target: str) -> int | None:
+    """The port of a target on this host (loopback), else None: shared memory is only tried there."""
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    local = host == "localhost" or host.startswith("127.") or host == "::1"
+    return int(port) if local and port.isdigit() else None
+
+
 class KVStoreClient:
-    def __init__(self, targets: list[str], shm: bool = False) -> None:
-        """``shm``: move block bytes through /dev/shm where a shard allows it (same host, kvstore run with --kv-shm);
-        a shard that refuses gets the socket."""
+    def __init__(self, targets: list[str], shm: bool = False, identity: Identity | None = None) -> None:
+        """``shm``: move block bytes through shared memory where a shard allows it (this host, kvstore run with
+        --kv-shm); a shard that refuses gets the socket. ``identity``: who to call as (default: the process's, see
+        common/tls.py); its KV key signs the blocks put and checks the blocks got."""
         if not targets:
             raise ValueError("kvstore: at least one address is needed")
         self.targets = list(targets)
-        self.shm = [shm and shm_files.available()] * len(self.targets)
+        ports = [_loopback_port(t) for t in self.targets]
+        self._registrars = [shm_files.Registrar(port) if shm and port and shm_files.available() else None
+                            for port in ports]
+        self.shm = [r is not None for r in self._registrars]
         self._shm_pool = shm_files.ShmPool()
         keep_freed_memory()  # received and sent KV buffers are reused, not faulted in again
-        self.channels = [channel(t) for t in self.targets]
+        identity = identity or tls.identity()
+        self.mac = BlockMAC(identity.kv_key) if identity is not None and identity.kv_key else None
+        self.channels = [channel(t, "kvstore", identity) for t in self.targets]
         self.stubs = [kvstore_pb2_grpc.KVStoreStub(c) for c in self.channels]
         # Put and Get move data messages without the protobuf runtime (kvstore.wire)
         self._puts = [c.stream_unary(_method("Put"), request_serializer=serialize,
@@ -88,6 +108,14 @@ class KVStoreClient:
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self.channels))
         self._shm_pool.close()
+        for registrar in self._registrars:
+            if registrar is not None:
+                registrar.close()
+
+    def _header(self, b: BlockData, offset: int = 0) -> kvstore_pb2.BlockHeader:
+        return kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data), crc32=checksum(b.data),
+                                       shm_offset=offset, kv_dtype=b.kv_dtype,
+                                       mac=self.mac.sign(b.key, b.token_count, b.data) if self.mac else b"")
 
     def _mark_down(self, shard: int) -> None:
         if time.monotonic() >= self.down_until[shard]:
@@ -165,9 +193,7 @@ class KVStoreClient:
                 yield kvstore_pb2.PutChunk(lease_id=lease_id, lease_ttl_s=lease_ttl_s)
             for i in positions:
                 b = blocks[i]
-                header = kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
-                                                 crc32=checksum(b.data), kv_dtype=b.kv_dtype)
-                yield from chunks_of(header, b.data, kvstore_pb2.PutChunk)  # the one copy
+                yield from chunks_of(self._header(b), b.data, kvstore_pb2.PutChunk)  # the one copy
 
         async def put_shm(shard: int, positions: list[int]) -> int:
             with self._shm_pool.lend() as file:
@@ -175,12 +201,10 @@ class KVStoreClient:
                 for i in positions:
                     b = blocks[i]
                     shm_files.write_block(file.fd, offset, block_views(b.data))  # the one copy
-                    headers.append(kvstore_pb2.BlockHeader(key=b.key, token_count=b.token_count, nbytes=len(b.data),
-                                                           crc32=checksum(b.data), shm_offset=offset,
-                                                           kv_dtype=b.kv_dtype))
+                    headers.append(self._header(b, offset))
                     offset += len(b.data)
-                chunks = [first_message(headers[0], file.name)] + [kvstore_pb2.PutChunk(header=h)
-                                                                   for h in headers[1:]]
+                handle = file.handle(self._registrars[shard])
+                chunks = [first_message(headers[0], handle)] + [kvstore_pb2.PutChunk(header=h) for h in headers[1:]]
                 return (await self._puts[shard](iter(chunks), timeout=timeout)).stored
 
         stored = 0
@@ -191,7 +215,7 @@ class KVStoreClient:
                 try:
                     stored += await put_shm(shard, positions)
                     return
-                except grpc.aio.AioRpcError as err:
+                except (grpc.aio.AioRpcError, shm_files.ShmUnavailable) as err:
                     if not self._shm_refused(shard, err):
                         raise
             stored += (await self._puts[shard](messages(positions), timeout=timeout)).stored
@@ -199,12 +223,16 @@ class KVStoreClient:
         await self._with_failover([b.key for b in blocks], put_group, (grpc.StatusCode.UNAVAILABLE,))
         return stored
 
-    def _shm_refused(self, shard: int, err: grpc.aio.AioRpcError) -> bool:
-        """A shard that cannot use shared memory (another host, or run without --kv-shm) gets the socket from now on;
-        True if that was the error."""
-        if err.code() != grpc.StatusCode.FAILED_PRECONDITION or "shm" not in (err.details() or ""):
+    def _shm_refused(self, shard: int, err: Exception) -> bool:
+        """A shard that cannot use shared memory (another host, run without --kv-shm, its socket gone) gets the socket
+        from now on; True if that was the error."""
+        if isinstance(err, shm_files.ShmUnavailable):
+            detail = str(err)
+        elif err.code() == grpc.StatusCode.FAILED_PRECONDITION and "shm" in (err.details() or ""):
+            detail = err.details()
+        else:
             return False
-        log.warning("kvstore %s: no shared memory (%s); using the socket", self.targets[shard], err.details())
+        log.warning("kvstore %s: no shared memory (%s); using the socket", self.targets[shard], detail)
         self.shm[shard] = False
         return True
 
@@ -234,6 +262,11 @@ class KVStoreClient:
         def checked(header: kvstore_pb2.BlockHeader, crc32: int, complete: bool, data) -> BlockData:
             if not complete or crc32 != header.crc32:
                 raise KVIntegrityError(f"block {header.key} arrived corrupted")
+            if self.mac is not None:
+                try:
+                    self.mac.verify(header.key, header.token_count, data, header.mac)
+                except MacMismatch as exc:
+                    raise KVIntegrityError(str(exc)) from None
             return BlockData(header.key, header.token_count, data, header.kv_dtype)
 
         async def get_socket(shard: int, positions: list[int]) -> None:
@@ -257,7 +290,8 @@ class KVStoreClient:
         async def get_shm(shard: int, positions: list[int]) -> None:
             with self._shm_pool.lend() as file:
                 headers = []
-                async for chunk in self._gets[shard](request(positions, file.name), timeout=timeout):
+                handle = file.handle(self._registrars[shard])
+                async for chunk in self._gets[shard](request(positions, handle), timeout=timeout):
                     if not chunk.HasField("header"):
                         raise KVIntegrityError("kvstore sent data on a shared-memory Get")
                     headers.append(chunk.header)
@@ -270,7 +304,7 @@ class KVStoreClient:
                 if self.shm[shard]:
                     try:
                         return await get_shm(shard, positions)
-                    except grpc.aio.AioRpcError as err:
+                    except (grpc.aio.AioRpcError, shm_files.ShmUnavailable) as err:
                         if not self._shm_refused(shard, err):
                             raise
                 await get_socket(shard, positions)
@@ -308,12 +342,20 @@ class KVStoreClient:
             return reply.present_prefix
         return await self._prefix(keys, one)
 
-    async def acquire(self, keys: list[str], lease_id: str, lease_ttl_s: float, timeout: float | None = None) -> int:
+    async def acquire(self, keys: list[str], lease_id: str, lease_ttl_s: float, timeout: float | None = None,
+                      create: bool = False) -> int:
+        """Lease the leading present keys; ``create``: make the lease too, on the shards those keys live on."""
         async def one(shard: int, ks: list[str]) -> int:
             reply = await self.stubs[shard].Acquire(
-                kvstore_pb2.AcquireRequest(keys=ks, lease_id=lease_id, lease_ttl_s=lease_ttl_s), timeout=timeout)
+                kvstore_pb2.AcquireRequest(keys=ks, lease_id=lease_id, lease_ttl_s=lease_ttl_s, create=create),
+                timeout=timeout)
             return reply.present_prefix
         return await self._prefix(keys, one)
+
+    async def create_lease(self, lease_id: str, lease_ttl_s: float, timeout: float | None = None) -> None:
+        """Make a lease, holding nothing yet, on every live shard (blocks stored under it may go to any of them)."""
+        request = kvstore_pb2.AcquireRequest(lease_id=lease_id, lease_ttl_s=lease_ttl_s, create=True)
+        await self._each_shard(lambda s: s.Acquire(request, timeout=timeout))
 
     # --- leases and admin (every shard) -----------------------------------------------------------------------------
     async def release(self, lease_id: str, timeout: float | None = None) -> int:
@@ -329,7 +371,8 @@ class KVStoreClient:
     async def stats(self) -> list[kvstore_pb2.StatsReply]:
         return list(await asyncio.gather(*(s.Stats(kvstore_pb2.StatsRequest()) for s in self.stubs)))
 
-    async def corrupt(self, key: str) -> None:
-        """Flip a byte of a stored block (tests: the kvstore must run with --enable-fault-injection)."""
+    async def corrupt(self, key: str, keep_checksum_valid: bool = False) -> None:
+        """Flip a byte of a stored block (tests: the kvstore must run with --enable-fault-injection, the caller be the
+        test identity); ``keep_checksum_valid``: rewrite its CRC32 to match (only the MAC tells then)."""
         faults = kvstore_faults_pb2_grpc.KVStoreFaultsStub(self.channels[self.shard_of(key)])
-        await faults.Corrupt(kvstore_faults_pb2.CorruptRequest(key=key))
+        await faults.Corrupt(kvstore_faults_pb2.CorruptRequest(key=key, keep_checksum_valid=keep_checksum_valid))

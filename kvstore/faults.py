@@ -17,7 +17,7 @@ class KVStoreFaultsService(kvstore_faults_pb2_grpc.KVStoreFaultsServicer):
 
     async def Corrupt(self, request, context):
         try:
-            self.store.corrupt(request.key)
+            self.store.corrupt(request.key, request.keep_checksum_valid)
         except UnknownBlock:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"key: block {request.key} is not stored")
         return kvstore_faults_pb2.CorruptResponse()

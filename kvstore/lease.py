@@ -3,14 +3,16 @@
 Prefill stores a prompt's blocks under a lease so that they are not evicted before decode has its copy; the lease
 expires if nobody comes. Every holder goes through :class:`KVLease`, one ``async with`` each:
 
-- the router names the lease for a request (:meth:`KVLease.new`) and holds it, and a copy per extra sample
-  (:meth:`copy`), until the request ends;
+- the router creates the lease in the kvstore for a request (:meth:`KVLease.create`: only router identities may)
+  and holds it, and a copy per extra sample (:meth:`copy`), until the request ends;
 - prefill acquires the prompt's stored prefix and stores new blocks under it; on failure leaving the block releases it,
   on success prefill :meth:`hand_over`\\ s it to decode through the KV handle;
 - decode :meth:`keep`\\ s it renewed while it fetches, and releases it once it has its copy.
 
 Leaving the ``async with`` releases the lease unless it was handed over. A release is idempotent and never fails
 the caller (a lease left behind simply expires); one made while the holder is being cancelled runs in the background.
+The id is a random 128-bit capability: it travels only between the internal services (never to clients), and a Get
+reads only the blocks its lease holds.
 """
 
 from __future__ import annotations
@@ -42,18 +44,22 @@ class KVLease:
         self.handed_over = False
 
     @classmethod
-    def new(cls, kv: KVStoreClient | None, ttl_s: float = DEFAULT_LEASE_TTL_S, scope: str = "") -> KVLease:
-        """A lease under a fresh id (``scope:`` first when given, e.g. the request id, for the logs)."""
-        return cls(kv, f"{scope}:{uuid.uuid4().hex[:16]}" if scope else uuid.uuid4().hex, ttl_s)
+    async def create(cls, kv: KVStoreClient | None, ttl_s: float = DEFAULT_LEASE_TTL_S) -> KVLease:
+        """A lease under a fresh random id, made in the kvstore (holding nothing yet) for one request."""
+        lease = cls(kv, uuid.uuid4().hex, ttl_s)
+        if kv is not None:
+            await kv.create_lease(lease.lease_id, ttl_s)
+        return lease
 
     async def acquire(self, keys: list[str]) -> int:
         """Lease the leading ``keys`` the kvstore holds; returns how many."""
         return await self.kv.acquire(keys, self.lease_id, self.ttl_s) if keys else 0
 
     async def copy(self, keys: list[str], lease_id: str) -> KVLease | None:
-        """A second lease on every one of ``keys`` (for another holder), or None (and nothing held) if some are gone."""
+        """A second lease, created now, on every one of ``keys`` (for another holder), or None (and nothing held) if
+        some are gone."""
         other = KVLease(self.kv, lease_id, self.ttl_s)
-        if await other.acquire(keys) < len(keys):
+        if not keys or await self.kv.acquire(keys, lease_id, self.ttl_s, create=True) < len(keys):
             await other.release()
             return None
         return other

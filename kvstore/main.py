@@ -9,11 +9,13 @@ import grpc
 from pdserve.common.config import FlagParser, service_parser
 from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
-from pdserve.common.tls import configure_from_args
+from pdserve.common.tls import configure_from_args, identity
+from pdserve.kvstore import shm
 from pdserve.kvstore.faults import KVStoreFaultsService
+from pdserve.kvstore.mac import BlockMAC
 from pdserve.kvstore.memory import keep_freed_memory
 from pdserve.kvstore.server import KVStoreService
-from pdserve.kvstore.store import DEFAULT_CAPACITY_MB, DEFAULT_MAX_BLOCKS, BlockStore
+from pdserve.kvstore.store import DEFAULT_CAPACITY_MB, DEFAULT_MAX_BLOCKS, DEFAULT_MAX_LEASES_PER_OWNER, BlockStore
 from pdserve.kvstore.wire import decoder, serialize
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
@@ -53,20 +55,41 @@ def build_parser() -> FlagParser:
     parser.add_argument("--enable-fault-injection", action="store_true", env=False,
                         help="serve pdserve.testing.v1.KVStoreFaults (tests only; never from the environment)")
     parser.add_argument("--kv-shm", action="store_true",
-                        help="let clients on this host move block bytes through files in /dev/shm instead of the "
-                             "socket (they ask for it with their own --kv-shm)")
+                        help="let clients on this host (of this user) move block bytes through shared memory they "
+                             "pass over a Unix socket, instead of the gRPC socket (they ask with their own --kv-shm)")
+    parser.add_argument("--max-leases-per-caller", type=int, default=DEFAULT_MAX_LEASES_PER_OWNER,
+                        help="leases one caller identity may hold at once (more are RESOURCE_EXHAUSTED)")
     return parser
+
+
+def shm_files(args) -> shm.ShmRegistry | None:
+    """With --kv-shm: the socket clients register their shared-memory files on (None where that cannot be)."""
+    if not args.kv_shm:
+        return None
+    if args.port == 0:
+        raise SystemExit("--kv-shm: needs a fixed --port (clients find the shared-memory socket by it)")
+    if not shm.available():
+        raise SystemExit("--kv-shm: needs Linux (memfd_create and SCM_RIGHTS)")
+    try:
+        return shm.ShmRegistry(args.port)
+    except OSError as exc:
+        raise SystemExit(f"--kv-shm: cannot open the shared-memory socket for port {args.port}: {exc.strerror}") \
+            from None
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
-    configure_from_args(args)
+    configure_from_args(args, "kvstore", needs_kv_key=True)
+    if args.max_leases_per_caller < 1:
+        raise SystemExit("--max-leases-per-caller: must be at least 1")
     keep_freed_memory()
     if not args.capacity_mb > 0 or args.max_blocks < 1:
         raise SystemExit("--capacity-mb and --max-blocks: must be positive")
-    store = BlockStore(int(args.capacity_mb * (1 << 20)), max_blocks=args.max_blocks)
-    service = KVStoreService(store, args.kv_shm)
+    ident = identity()
+    store = BlockStore(int(args.capacity_mb * (1 << 20)), max_blocks=args.max_blocks,
+                       mac=BlockMAC(ident.kv_key) if ident else None, max_leases_per_owner=args.max_leases_per_caller)
+    service = KVStoreService(store, shm_files(args))
     set_process_info("kvstore")
 
     def register(server):
@@ -80,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     async def run() -> None:
         expiry = asyncio.create_task(service.expire_loop())
         try:
-            await serve("kvstore", args.port, register, args.metrics_port, args.host)
+            await serve("kvstore", args.port, register, args.metrics_port, args.host, metrics_host=args.metrics_host)
         finally:
             expiry.cancel()
 

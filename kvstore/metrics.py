@@ -20,6 +20,8 @@ OP_SECONDS = Histogram("pdserve_kvstore_operation_seconds", "Time of one kvstore
                        ["op"], buckets=RPC_BUCKETS)
 EVICTIONS = Counter("pdserve_kvstore_evictions_total", "Blocks evicted (least recently used, unleased)")
 CHECKSUM_FAILURES = Counter("pdserve_kvstore_checksum_failures_total", "Blocks whose bytes failed their checksum")
+MAC_FAILURES = Counter("pdserve_kvstore_mac_failures_total",
+                       "Blocks refused (Put) or dropped (Get) because their MAC did not match: forged or altered")
 PUT_BYTES = Counter("pdserve_kvstore_put_bytes_total", "Bytes received in Put")
 GET_BYTES = Counter("pdserve_kvstore_get_bytes_total", "Bytes served by Get")
 WAITING_GETS = Gauge("pdserve_kvstore_waiting_gets", "Gets waiting for blocks their writer has not stored yet")

@@ -14,7 +14,7 @@ import grpc
 
 from pdserve.common.status import abort_code, abort_exhausted
 from pdserve.kvstore import metrics, shm
-from pdserve.kvstore.store import ChecksumMismatch, StoreFull
+from pdserve.kvstore.store import ChecksumMismatch, MacMismatch, StoreFull, UnknownLease
 from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunk_bytes
 from pdserve.v1 import kvstore_pb2
 
@@ -56,10 +56,16 @@ class PutRPC:
             self.store.unreserve(reserved)  # the block's own charge replaces what its bytes held while arriving
             reserved = 0
             try:
-                new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32, h.kv_dtype)
+                new = self.store.put(h.key, h.token_count, data, h.crc32, lease_id, ttl, computed_crc32, mac=h.mac,
+                                     kv_dtype=h.kv_dtype)
             except ChecksumMismatch as exc:
                 metrics.CHECKSUM_FAILURES.inc()
                 await context.abort(grpc.StatusCode.DATA_LOSS, f"data: {exc}")
+            except MacMismatch as exc:
+                metrics.MAC_FAILURES.inc()
+                await context.abort(grpc.StatusCode.DATA_LOSS, f"header.mac: {exc}")
+            except UnknownLease as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             except StoreFull as exc:
                 await abort_exhausted(context, str(exc))
             if new:
@@ -82,9 +88,16 @@ class PutRPC:
             async for chunk in request_iterator:
                 if first:
                     lease_id, first = chunk.lease_id, False
-                    ttl = await self._check_ttl(chunk.lease_ttl_s, context, required=bool(lease_id))
+                    if not lease_id:
+                        await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
+                                         "lease_id: required (blocks are stored under a lease the router made)")
+                    ttl = await self._check_ttl(chunk.lease_ttl_s, context, required=True)
+                    try:
+                        self.store.check_lease(lease_id)
+                    except UnknownLease as exc:
+                        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                     if chunk.shm_name:
-                        shm_fd = await self._open_shm(chunk.shm_name, False, context)
+                        shm_fd = await self._open_shm(chunk.shm_name, context)
                 if chunk.HasField("header"):
                     if header is not None:
                         await finish_block()

@@ -10,17 +10,16 @@ import os
 
 import grpc
 
-from pdserve.common.status import abort_code, abort_exhausted
+from pdserve.common.status import abort_code
 from pdserve.kvstore import metrics, shm
+from pdserve.kvstore.lease_rpcs import LeaseRPCs
 from pdserve.kvstore.put import PutRPC
 from pdserve.kvstore.store import (
-    MAX_LEASE_TTL_S,
     MAX_WAIT_S,
     Block,
     BlockStore,
     ChecksumMismatch,
-    StoreFull,
-    UnknownBlock,
+    MacMismatch,
     block_views,
 )
 from pdserve.kvstore.wire import chunks_of
@@ -34,10 +33,11 @@ MAX_KEYS_PER_CALL = 65536
 OPS = ("put", "get", "lookup", "acquire", "renew", "release")
 
 
-class KVStoreService(PutRPC, kvstore_pb2_grpc.KVStoreServicer):
-    def __init__(self, store: BlockStore, shm_enabled: bool = False) -> None:
+class KVStoreService(PutRPC, LeaseRPCs, kvstore_pb2_grpc.KVStoreServicer):
+    def __init__(self, store: BlockStore, shm_files: shm.ShmRegistry | None = None) -> None:
+        """``shm_files``: the shared-memory files clients registered (the kvstore run with --kv-shm), or None."""
         self.store = store
-        self.shm_enabled = shm_enabled
+        self.shm_files = shm_files
         self._changed = asyncio.Event()  # replaced each time it is set (see _notify)
         self.shm_bytes = 0
         self._evictions_counted = 0
@@ -69,23 +69,16 @@ class KVStoreService(PutRPC, kvstore_pb2_grpc.KVStoreServicer):
         return keys
 
     @staticmethod
-    async def _check_ttl(ttl: float, context, required: bool) -> float:
-        if not math.isfinite(ttl) or (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
-        return ttl
-
-    @staticmethod
     def _count_lookup(op: str, asked: int, found: int) -> None:
         metrics.HITS.labels(op).inc(found)
         metrics.MISSES.labels(op).inc(asked - found)
 
-    async def _open_shm(self, name: str, writable: bool, context) -> int:
-        if not self.shm_enabled:
+    async def _open_shm(self, name: str, context) -> int:
+        if self.shm_files is None:
             await abort_code(context, grpc.StatusCode.FAILED_PRECONDITION,
                              "shm_name: this kvstore does not use shared memory (start it with --kv-shm)")
         try:
-            return shm.open_existing(name, writable)
+            return self.shm_files.open(name)
         except shm.ShmUnavailable as exc:
             await abort_code(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
@@ -103,26 +96,31 @@ class KVStoreService(PutRPC, kvstore_pb2_grpc.KVStoreServicer):
             async for message in self._get(request, context):
                 yield message
 
-    async def _block(self, key: str, context) -> Block:
-        """A stored block, verified; NOT_FOUND or DATA_LOSS (the block dropped) otherwise."""
+    async def _block(self, key: str, lease_id: str, context) -> Block:
+        """A stored block the lease holds, verified; NOT_FOUND (the same answer whether it is stored or not) or
+        DATA_LOSS (the block dropped) otherwise."""
+        if not self.store.held(key, lease_id):
+            metrics.MISSES.labels("get").inc()
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} is not held by lease {lease_id}")
         try:
             block = self.store.get(key)
-        except UnknownBlock:
-            metrics.MISSES.labels("get").inc()
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"keys: block {key} is not stored")
         except ChecksumMismatch as exc:
             metrics.CHECKSUM_FAILURES.inc()
+            self._update_gauges()
+            await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+        except MacMismatch as exc:
+            metrics.MAC_FAILURES.inc()
             self._update_gauges()
             await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
         metrics.HITS.labels("get").inc()
         return block
 
     async def _wait_block(self, key: str, deadline: float, lease_id: str, context) -> Block:
-        """Wait for a block still being written; ABORTED once the writer's lease is released, NOT_FOUND at the
-        deadline."""
+        """Wait for a block still being written (or not yet held by the lease: prefill may still be acquiring it);
+        ABORTED once the lease is released, NOT_FOUND at the deadline."""
         loop = asyncio.get_running_loop()
-        while key not in self.store.blocks:
-            if lease_id and lease_id in self.store.released:
+        while not self.store.held(key, lease_id):
+            if lease_id in self.store.released:
                 metrics.MISSES.labels("get").inc()
                 await context.abort(grpc.StatusCode.ABORTED,
                                     f"keys: block {key} will not come: its writer released lease {lease_id}")
@@ -136,25 +134,28 @@ class KVStoreService(PutRPC, kvstore_pb2_grpc.KVStoreServicer):
                     await asyncio.wait_for(self._changed.wait(), remaining)
             finally:
                 metrics.WAITING_GETS.dec()
-        return await self._block(key, context)
+        return await self._block(key, lease_id, context)
 
     async def _get(self, request, context):
         keys = await self._check_keys(request.keys, context)
+        if not request.lease_id:
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
+                             "lease_id: required (a Get reads only the blocks its lease holds)")
         wait_s = request.wait_s
         if not math.isfinite(wait_s) or not 0 <= wait_s <= MAX_WAIT_S:
             await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, f"wait_s: must be in [0, {MAX_WAIT_S:g}]")
         deadline = asyncio.get_running_loop().time() + wait_s
-        # without a wait, resolve (and verify) every block before streaming any; with one, stream each as it comes
-        blocks = [await self._block(key, context) for key in keys] if not wait_s else None
-        shm_fd = await self._open_shm(request.shm_name, True, context) if request.shm_name else None
+        shm_fd = await self._open_shm(request.shm_name, context) if request.shm_name else None
         offset = 0
         try:
+            # without a wait, resolve (and verify) every block before streaming any; with one, stream each as it comes
+            blocks = [await self._block(key, request.lease_id, context) for key in keys] if not wait_s else None
             for i, key in enumerate(keys):
                 block = blocks[i] if blocks is not None else await self._wait_block(key, deadline, request.lease_id,
                                                                                      context)
                 n = len(block.data)
                 header = kvstore_pb2.BlockHeader(key=block.key, token_count=block.token_count, nbytes=n,
-                                                 crc32=block.crc32, kv_dtype=block.kv_dtype)
+                                                 crc32=block.crc32, kv_dtype=block.kv_dtype, mac=block.mac)
                 if shm_fd is None:
                     for message in chunks_of(header, block.data, kvstore_pb2.GetChunk):
                         yield message
@@ -175,44 +176,12 @@ class KVStoreService(PutRPC, kvstore_pb2_grpc.KVStoreServicer):
             self._count_lookup("lookup", len(keys), n)
             return kvstore_pb2.LookupReply(present_prefix=n)
 
-    async def Acquire(self, request, context):
-        keys = await self._check_keys(request.keys, context)
-        if not request.lease_id:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, "lease_id: must not be empty")
-        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        with metrics.OP_SECONDS.labels("acquire").time():
-            try:
-                n = self.store.acquire(keys, request.lease_id, ttl)
-            except StoreFull as exc:
-                await abort_exhausted(context, f"lease_id: {exc}")
-        self._count_lookup("acquire", len(keys), n)
-        self._update_gauges()
-        return kvstore_pb2.LookupReply(present_prefix=n)
-
-    async def Renew(self, request, context):
-        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
-        with metrics.OP_SECONDS.labels("renew").time():
-            return kvstore_pb2.LeaseReply(blocks=self.store.renew(request.lease_id, ttl))
-
-    async def Release(self, request, context):
-        with metrics.OP_SECONDS.labels("release").time():
-            n = self.store.release(request.lease_id)
-        self._update_gauges()
-        self._notify()  # a Get waiting on this lease's blocks gives up now
-        return kvstore_pb2.LeaseReply(blocks=n)
-
     async def Stats(self, request, context):
         s = self.store
         s.expire_leases()
         self._update_gauges()
         return kvstore_pb2.StatsReply(blocks=len(s.blocks), bytes_used=s.bytes_used, capacity_bytes=s.capacity_bytes,
                                       leased_blocks=s.leased_blocks, leases=len(s.leases), evictions=s.evictions,
-                                      checksum_failures=s.checksum_failures, shm_bytes=self.shm_bytes)
-
-    async def expire_loop(self, period_s: float = 1.0) -> None:
-        while True:
-            await asyncio.sleep(period_s)
-            if self.store.expire_leases():
-                self._update_gauges()
-
-
+                                      checksum_failures=s.checksum_failures, shm_bytes=self.shm_bytes,
+                                      mac_failures=s.mac_failures,
+                                      shm_files=self.shm_files.files if self.shm_files is not None else 0)

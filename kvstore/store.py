@@ -1,8 +1,10 @@
-"""The block store itself, free of gRPC: capacity, LRU eviction, leases, checksums.
+"""The block store itself, free of gRPC: capacity, LRU eviction, leases, checksums and MACs.
 
-Blocks are immutable byte strings under a key. Leased blocks are never evicted; a lease expires at its deadline unless
-renewed, and releasing it frees its blocks for eviction. Every block carries the CRC32 its writer computed, checked on
-the way in and again on every read: a block whose bytes no longer match is dropped and reported, never served.
+Blocks are immutable byte strings under a key. Leased blocks are never evicted; a lease is created once (by the
+router, for one request), expires at its deadline unless renewed, and releasing it frees its blocks for eviction.
+Each creator holds at most ``max_leases_per_owner`` leases at a time. Every block carries the CRC32 its writer
+computed and, with a stack key, its MAC (``kvstore/mac.py``), both checked on the way in and again on every read: a
+block that no longer matches is dropped and reported, never served.
 
 The byte budget is the store's memory, not only its payload: each block is charged its bytes as held (the messages
 that carried them), its key and a fixed overhead for the Python objects around it; each lease and each block a lease
@@ -21,13 +23,14 @@ try:  # the same CRC32, computed with carry-less multiply instructions: several 
     from zlib_ng.zlib_ng import crc32 as _crc32
 except ImportError:  # pragma: no cover - zlib-ng is a dependency; plain zlib gives the same numbers
     from zlib import crc32 as _crc32
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pdserve.engine.kv_blocks import leading_hits
 
-MAX_LEASE_TTL_S = 3600.0
+MAX_LEASE_TTL_S = 300.0  # the longest a lease lasts without a renewal
+DEFAULT_MAX_LEASES_PER_OWNER = 16384  # leases one caller identity may hold at once (a router: requests x samples)
 MAX_WAIT_S = 600.0  # the longest a Get waits for blocks still being written
 RELEASED_KEPT = 100_000  # released lease ids remembered, so a Put or Acquire racing a release cannot revive one
 DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told otherwise
@@ -49,8 +52,24 @@ class ChecksumMismatch(Exception):
     """Stored or received bytes do not match their checksum."""
 
 
+class MacMismatch(Exception):
+    """A block's bytes, key or token count do not match its MAC (``kvstore/mac.py``)."""
+
+
 class UnknownBlock(KeyError):
     pass
+
+
+class UnknownLease(Exception):
+    """The lease was never created (leases are created by the router), or has expired."""
+
+
+class LeaseExists(Exception):
+    """A lease is created once: the id is in use or was used before."""
+
+
+class LeaseQuota(Exception):
+    """The caller holds as many leases as it may."""
 
 
 @dataclass(slots=True)
@@ -62,11 +81,13 @@ class Block:
     charge: int = 0  # bytes of the budget it takes (block_charge)
     leases: set[str] | None = None  # made with the first lease: most blocks are never leased twice
     kv_dtype: str = ""  # the writer's (BlockHeader.kv_dtype), sent back with the block
+    mac: bytes = b""
 
 
 @dataclass(slots=True)
 class Lease:
     expires_at: float
+    owner: str = ""  # the identity that created it (its quota counts it)
     keys: set[str] = field(default_factory=set)
 
 
@@ -99,14 +120,19 @@ def block_charge(key: str, data) -> int:
 
 
 class BlockStore:
-    def __init__(self, capacity_bytes: int, clock: Callable[[], float] = time.monotonic,
-                 max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
+    def __init__(self, capacity_bytes: int, clock: Callable[[], float] = time.monotonic, mac=None,
+                 max_blocks: int = DEFAULT_MAX_BLOCKS, max_leases_per_owner: int = DEFAULT_MAX_LEASES_PER_OWNER) -> None:
+        """``mac``: a ``kvstore.mac.BlockMAC`` (every block must carry a valid MAC), or None (no MACs: a stack run
+        with --insecure-internal)."""
         self.capacity_bytes = capacity_bytes
         self.max_blocks = max_blocks
         self.clock = clock
+        self.mac = mac
+        self.max_leases_per_owner = max_leases_per_owner
         self.blocks: dict[str, Block] = {}
         self.evictable: OrderedDict[str, None] = OrderedDict()  # unleased blocks, least recently used first
         self.leases: dict[str, Lease] = {}
+        self.leases_by_owner: Counter[str] = Counter()
         self._deadlines: list[tuple[float, str]] = []  # (expires_at, lease id) heap; renewed leases leave stale rows
         self.released: OrderedDict[str, None] = OrderedDict()  # recently released lease ids, oldest first
         self.bytes_used = 0  # everything charged: blocks, leases, Puts still arriving
@@ -114,6 +140,7 @@ class BlockStore:
         self.leased_blocks = 0  # blocks held by at least one lease
         self.evictions = 0
         self.checksum_failures = 0
+        self.mac_failures = 0
 
     # --- the budget -------------------------------------------------------------------------------------------------
     def _make_room(self, nbytes: int, new_blocks: int = 0) -> None:
@@ -165,15 +192,36 @@ class BlockStore:
             self._deadlines = [(lease.expires_at, lid) for lid, lease in self.leases.items()]
             heapq.heapify(self._deadlines)
 
-    def _lease(self, lease_id: str, ttl_s: float, keys: list[str]) -> None:
-        """Add ``keys`` (stored blocks) to a lease, creating it; its deadline moves to at least now + ``ttl_s``."""
-        if lease_id in self.released:  # the holder already gave it up (e.g. a cancelled request's Put arriving late)
-            return
-        lease = self.leases.get(lease_id)
-        new_keys = [k for k in keys if lease is None or k not in lease.keys]
-        charge = LEASE_ENTRY_BYTES * len(new_keys) + (LEASE_OVERHEAD_BYTES if lease is None else 0)
-        if lease is None and len(self.leases) >= MAX_LEASES:
+    def create_lease(self, lease_id: str, ttl_s: float, owner: str = "") -> None:
+        """A new lease holding nothing yet; LeaseExists if the id was ever used, LeaseQuota past the owner's bound,
+        StoreFull past the store's lease count or byte budget."""
+        self.expire_leases()
+        if lease_id in self.leases or lease_id in self.released:
+            raise LeaseExists(f"lease_id: {lease_id} exists or was used before")
+        if self.leases_by_owner[owner] >= self.max_leases_per_owner:
+            raise LeaseQuota(f"lease_id: {owner or 'this caller'} already holds {self.max_leases_per_owner} leases")
+        if len(self.leases) >= MAX_LEASES:
             raise StoreFull(f"kvstore holds {MAX_LEASES} leases, its limit")
+        self._make_room(LEASE_OVERHEAD_BYTES)
+        self.bytes_used += LEASE_OVERHEAD_BYTES
+        lease = self.leases[lease_id] = Lease(self.clock() + ttl_s, owner=owner)
+        self._set_deadline(lease_id, lease, lease.expires_at)
+        self.leases_by_owner[owner] += 1
+
+    def check_lease(self, lease_id: str) -> None:
+        """UnknownLease unless the lease exists or was released (a late Put of a released lease stores unleased)."""
+        if lease_id not in self.leases and lease_id not in self.released:
+            raise UnknownLease(f"lease_id: no lease {lease_id} (leases are created by the router; it may have "
+                               "expired)")
+
+    def _lease(self, lease_id: str, ttl_s: float, keys: list[str]) -> None:
+        """Add ``keys`` (stored blocks) to a lease (:meth:`create_lease` made it); its deadline moves to at least
+        now + ``ttl_s``. A lease no longer there (released: e.g. a cancelled request's Put arriving late) adds none."""
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            return
+        new_keys = [k for k in keys if k not in lease.keys]
+        charge = LEASE_ENTRY_BYTES * len(new_keys)
         pinned = [k for k in new_keys if k in self.evictable]  # not evicted to make room for their own lease
         for key in pinned:
             del self.evictable[key]
@@ -184,10 +232,7 @@ class BlockStore:
             raise
         self.bytes_used += charge
         deadline = self.clock() + ttl_s
-        if lease is None:
-            lease = self.leases[lease_id] = Lease(deadline)
-            self._set_deadline(lease_id, lease, deadline)
-        elif deadline > lease.expires_at:
+        if deadline > lease.expires_at:
             self._set_deadline(lease_id, lease, deadline)
         for key in new_keys:
             lease.keys.add(key)
@@ -196,6 +241,11 @@ class BlockStore:
                 block.leases = block.leases if block.leases is not None else set()
                 self.leased_blocks += 1
             block.leases.add(lease_id)
+
+    def held(self, key: str, lease_id: str) -> bool:
+        """Whether the block is stored and held by the lease (what a Get may read)."""
+        block = self.blocks.get(key)
+        return block is not None and lease_id in block.leases
 
     def renew(self, lease_id: str, ttl_s: float) -> int:
         self.expire_leases()
@@ -217,6 +267,9 @@ class BlockStore:
         lease = self.leases.pop(lease_id, None)
         if lease is None:
             return 0
+        self.leases_by_owner[lease.owner] -= 1
+        if not self.leases_by_owner[lease.owner]:
+            del self.leases_by_owner[lease.owner]
         for key in lease.keys:
             self._unlease_block(key, lease_id)
         self.bytes_used -= LEASE_OVERHEAD_BYTES + LEASE_ENTRY_BYTES * len(lease.keys)
@@ -245,19 +298,28 @@ class BlockStore:
                     self.bytes_used -= LEASE_ENTRY_BYTES
 
     def put(self, key: str, token_count: int, data: bytes, crc32: int, lease_id: str = "",
-            lease_ttl_s: float = 0.0, computed_crc32: int | None = None, kv_dtype: str = "") -> bool:
-        """Store a block (idempotent). Returns True if newly stored, False if it was already there.
+            lease_ttl_s: float = 0.0, computed_crc32: int | None = None, mac: bytes = b"",
+            kv_dtype: str = "") -> bool:
+        """Store a block (idempotent) under an existing lease. Returns True if newly stored, False if it was there.
 
         ``computed_crc32``: the checksum of ``data`` if the caller already computed it while receiving the bytes (it
         saves a second pass); it is compared with ``crc32``, the writer's, as a fresh one would be."""
+        if lease_id:
+            self.check_lease(lease_id)
         if (checksum(data) if computed_crc32 is None else computed_crc32 & 0xFFFFFFFF) != crc32:
             self.checksum_failures += 1
             raise ChecksumMismatch(f"block {key}: received bytes do not match crc32 {crc32:#010x}")
+        if self.mac is not None:
+            try:
+                self.mac.verify(key, token_count, data, mac)
+            except MacMismatch:
+                self.mac_failures += 1
+                raise
         existing = self.blocks.get(key)
         if existing is None:
             charge = block_charge(key, data)
             self._make_room(charge, new_blocks=1)
-            self.blocks[key] = Block(key, token_count, data, crc32, charge, kv_dtype=kv_dtype)
+            self.blocks[key] = Block(key, token_count, data, crc32, charge, kv_dtype=kv_dtype, mac=mac)
             self.evictable[key] = None
             self.bytes_used += charge
         elif key in self.evictable:
@@ -289,6 +351,13 @@ class BlockStore:
             self.checksum_failures += 1
             self._drop(key)
             raise ChecksumMismatch(f"block {key} failed its checksum and was dropped")
+        if self.mac is not None:
+            try:
+                self.mac.verify(key, block.token_count, block.data, block.mac)
+            except MacMismatch:
+                self.mac_failures += 1
+                self._drop(key)
+                raise MacMismatch(f"block {key} failed its MAC and was dropped") from None
         if key in self.evictable:
             self.evictable.move_to_end(key)
         return block
@@ -297,8 +366,9 @@ class BlockStore:
         return leading_hits(keys, self.blocks)
 
     def acquire(self, keys: list[str], lease_id: str, ttl_s: float) -> int:
-        """Lease the leading present keys; returns how many."""
+        """Lease the leading present keys under an existing lease; returns how many."""
         self.expire_leases()
+        self.check_lease(lease_id)
         n = self.present_prefix(keys)
         for key in keys[:n]:
             if key in self.evictable:
@@ -307,11 +377,14 @@ class BlockStore:
             self._lease(lease_id, ttl_s, keys[:n])
         return n
 
-    def corrupt(self, key: str) -> None:
-        """Flip one byte of a stored block (fault injection for tests)."""
+    def corrupt(self, key: str, keep_checksum_valid: bool = False) -> None:
+        """Flip one byte of a stored block (fault injection for tests); ``keep_checksum_valid``: and rewrite its
+        CRC32 to match, as an attacker who can write the bytes would (only the MAC tells then)."""
         block = self.blocks.get(key)
         if block is None:
             raise UnknownBlock(key)
         data = bytearray(block.data.tobytes() if hasattr(block.data, "tobytes") else block.data)
         data[len(data) // 2] ^= 0xFF
         block.data = bytes(data)
+        if keep_checksum_valid:
+            block.crc32 = checksum(block.data)

@@ -4,7 +4,8 @@
 One job per kind of process (``pdserve-router``, ``pdserve-kvstore``, ``pdserve-prefill``, ``pdserve-decode``), each
 target labelled with ``service`` and ``process`` (``prefill-1``...). The dashboards and alert rules in deploy/ only rely
 on metric names, ``instance`` and ``job=~"pdserve.*"``, so the compose and Kubernetes configurations (which discover
-targets by DNS or pod annotations) feed the same panels.
+targets by DNS or pod annotations) feed the same panels. On a stack with identities the pages are HTTPS and
+Prometheus presents the stack's ``prometheus`` identity.
 """
 
 from __future__ import annotations
@@ -34,8 +35,13 @@ def scrape_config(stack: Stack, scrape_interval_s: float = 5.0, rule_files: list
         lines.append("rule_files:")
         lines += [f"  - {json.dumps(str(Path(f).resolve()))}" for f in rule_files]
     lines.append("scrape_configs:")
+    tls = []
+    if not stack.spec.insecure_internal:
+        ident = stack.identities.identity("prometheus")
+        tls = ["    scheme: https", "    tls_config: " + json.dumps({"ca_file": ident.ca_path, "cert_file": ident.cert_path,
+                                                                  "key_file": ident.key_path})]
     for service, static in jobs.items():
-        lines += [f"  - job_name: pdserve-{service}", f"    static_configs: {json.dumps(static)}"]
+        lines += [f"  - job_name: pdserve-{service}", f"    static_configs: {json.dumps(static)}"] + tls
     return "\n".join(lines) + "\n"
 
 

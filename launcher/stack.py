@@ -1,7 +1,9 @@
 """Starts a whole pdserve stack as separate processes on loopback: ``pdserve up``, the demo, the tests, the benchmarks.
 
-Each service runs as ``python -m <service>`` with its own flags. ``Stack.start()`` returns once every process
-answers grpc.health.v1 with SERVING; ``Stack.stop()`` sends SIGTERM, waits, and kills what is left: no orphans.
+Each service runs as ``python -m <service>`` with its own flags. The internal plane is secured unless the spec says
+``insecure_internal``: a CA and a certificate per role are made at start (``launcher/identities.py``), and each
+process runs as its role. ``Stack.start()`` returns once every process answers grpc.health.v1 with SERVING;
+``Stack.stop()`` sends SIGTERM, waits, and kills what is left: no orphans.
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-
 from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.common.server import PARENT_ENV
 from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
+from pdserve.launcher.identities import StackSecurity
 
 _handed_out: set[int] = set()
 
@@ -100,8 +101,11 @@ class StackSpec:
     deployment: str = ""  # the workers' modeled deployment, KEY=V,.. (e.g. "hardware=H200")
     threads_per_worker: int | None = None  # BLAS threads per model worker (default: cores / workers)
     http_port: int | None = None  # the OpenAI-compatible HTTP edge in front of the router (None: none; 0: free port)
-    tls: bool = False  # a throwaway CA; TLS on every port, client certificates required between services
-    auth_token: str | None = None  # the router's public API then needs "authorization: Bearer <token>"
+    tls: bool = False  # TLS on the public side too: the router's port and the HTTP edge (HTTPS)
+    auth_token: str | None = None  # the router's public API then needs "authorization: Bearer <token>" (tenant default)
+    tenant_tokens: dict[str, str] = field(default_factory=dict)  # tenant -> token, besides auth_token
+    auth_token_file: str | None = None  # instead: the router and the edge read this token file (NAME TOKEN lines)
+    insecure_internal: bool = False  # no identities, TLS or authorization between services (experiments only)
 
 
 @dataclass
@@ -123,7 +127,7 @@ class Process:
         return self.popen.pid if self.popen is not None else 0
 
 
-class Stack:
+class Stack(StackSecurity):
     def __init__(self, spec: StackSpec, log_dir: str | Path | None = None, inherit_output: bool = False,
                  tied: bool = False) -> None:
         """``tied``: the services stop when this process dies, even by SIGKILL (``pdserve up``; every launch must
@@ -149,36 +153,9 @@ class Stack:
         self.processes.append(p)
         return p
 
-    def _security(self) -> tuple[list[str], list[str]]:
-        """Flags for internal services and for the router: TLS with a fresh CA, the router's token file."""
-        self.tls_files = None
-        internal: list[str] = []
-        router: list[str] = []
-        if self.spec.tls:
-            from pdserve.common.certs import make_ca
-
-            self.tls_files = make_ca(self.log_dir / "tls", ["pdserve"])["pdserve"]
-            f = self.tls_files
-            router = ["--tls-cert", f.cert, "--tls-key", f.key, "--tls-ca", f.ca]
-            internal = router + ["--tls-client-ca", f.ca]  # mutual TLS between services
-        if self.spec.auth_token:
-            token_file = self.log_dir / "auth-token"
-            token_file.write_text(self.spec.auth_token)
-            token_file.chmod(0o600)
-            router = router + ["--auth-token-file", str(token_file)]
-        return internal, router
-
-    def credentials(self) -> grpc.ChannelCredentials | None:
-        """Client credentials for any port of a TLS stack (the services' own certificate); None without TLS."""
-        if self.tls_files is None:
-            return None
-        f = self.tls_files
-        return grpc.ssl_channel_credentials(Path(f.ca).read_bytes(), Path(f.key).read_bytes(),
-                                            Path(f.cert).read_bytes())
-
     def _plan(self) -> None:
         s = self.spec
-        internal, router_security = self._security()
+        self._plan_security()
         model = (["--model", s.model] if s.model else []) + (["--kv-dtype", s.kv_dtype] if s.kv_dtype != "float32" else [])
         clock = ["--pace", s.pace, "--time-scale", str(s.time_scale)] + (["--deployment", s.deployment] if s.deployment else [])
         shm = ["--kv-shm"] if s.kv_shm and not s.colocated else []
@@ -187,29 +164,30 @@ class Stack:
             for i in range(s.n_kvstore):
                 args = ["--capacity-mb", str(s.kv_capacity_mb)] + shm + (["--enable-fault-injection"]
                                                                          if s.fault_injection else [])
-                kvstores.append(self._proc(f"kvstore-{i}", "kvstore", args + internal + s.extra.get("kvstore", [])))
+                kvstores.append(self._proc(f"kvstore-{i}", "kvstore", args + self._flags("kvstore")
+                                           + s.extra.get("kvstore", [])))
         kv_flag = ["--kvstore", ",".join(p.target for p in kvstores)]
         self.kvstores = kvstores
         self.prefills = [] if s.colocated else [
-            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + shm + clock + internal + s.extra.get("prefill", []))
+            self._proc(f"prefill-{i}", "prefill_server", model + kv_flag + shm + clock + self._flags("prefill_server")
+                       + s.extra.get("prefill", []))
             for i in range(s.n_prefill)]
         self.decodes = [
             self._proc(f"decode-{i}", "decode_server",
-                       model + kv_flag + shm + clock + ["--kv-blocks", str(s.kv_blocks)] + internal
-                       + s.extra.get("decode", []))
+                       model + kv_flag + shm + clock + ["--kv-blocks", str(s.kv_blocks)]
+                       + self._flags("decode_server") + s.extra.get("decode", []))
             for i in range(s.n_decode)]
         self.router: Process | None = None
         if self.decodes:  # a stack without workers is just kvstores (for tests of the store alone)
             router_args = model + kv_flag + ["--decode", ",".join(p.target for p in self.decodes),
                                              "--prefill", ",".join(p.target for p in self.prefills),
                                              "--policy", s.policy] + (["--colocated"] if s.colocated else [])
-            self.router = self._proc("router", "router", router_args + router_security + s.extra.get("router", []),
+            self.router = self._proc("router", "router", router_args + self._flags("router") + s.extra.get("router", []),
                                      s.router_port)
         self.edge: Process | None = None
         if self.router and s.http_port is not None:
-            edge_tls = ["--tls-ca", self.tls_files.ca] if self.tls_files else []  # plain HTTP out, TLS to the router
-            self.edge = self._proc("openai", "openai_server", ["--router", self.router.target] + edge_tls +
-                                   s.extra.get("openai_server", []), s.http_port)
+            self.edge = self._proc("openai", "openai_server", ["--router", self.router.target]
+                                   + self._flags("openai_server") + s.extra.get("openai_server", []), s.http_port)
 
     # --- running ----------------------------------------------------------------------------------------------------
     @property
@@ -276,15 +254,17 @@ class Stack:
         wait_for(lambda: self.ready(p), max(0.0, deadline - time.monotonic()), what, p.popen, lambda: self.log_tail(p))
 
     def ready(self, p: Process, timeout_s: float = 1.0) -> bool:
-        """One probe: grpc.health.v1 SERVING, or for the HTTP edge /health answering 200 (it asks the router)."""
+        """One probe: grpc.health.v1 SERVING (as admin; the router with its public credentials), or for the HTTP edge
+        /health answering 200 (it asks the router)."""
         if p is self.edge:
-            return http_ok(f"{self.http_url}/health", timeout_s)
-        return grpc_serving(p.target, self.credentials(), timeout_s)
+            return http_ok(f"{self.http_url}/health", timeout_s, cafile=self.tls_ca)
+        credentials = self.credentials() if p is self.router else self.role_credentials("admin")
+        return grpc_serving(p.target, credentials, timeout_s)
 
     @property
     def http_url(self) -> str:
-        """Base URL of the OpenAI-compatible edge (``.../v1`` is the OpenAI base_url)."""
-        return f"http://{self.edge.target}"
+        """Base URL of the OpenAI-compatible edge (``.../v1`` is the OpenAI base_url): HTTPS on a ``tls`` stack."""
+        return f"{'https' if self.spec.tls else 'http'}://{self.edge.target}"
 
     def log_tail(self, p: Process, lines: int = 30) -> str:
         if p.log_path is None or not p.log_path.exists():
@@ -309,8 +289,9 @@ class Stack:
 
     def describe(self) -> str:
         lines = []
+        scheme = "http" if self.spec.insecure_internal else "https"
         for p in self.processes:
-            metrics = f"  metrics http://127.0.0.1:{p.metrics_port}/metrics" if p.metrics_port else ""
+            metrics = f"  metrics {scheme}://127.0.0.1:{p.metrics_port}/metrics" if p.metrics_port else ""
             lines.append(f"{p.name:<12} {p.target}{metrics}")
         return "\n".join(lines)
 

@@ -16,8 +16,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from pdserve.common.readiness import grpc_serving, http_ok
+from pdserve.launcher.identities import StackIdentities, StackSecurity
 from pdserve.workload.report import fixed_width
 
 
@@ -88,13 +90,19 @@ class ProcessView:
     restarts: int
 
 
-class AttachedStack:
+class AttachedStack(StackSecurity):
     """A running ``pdserve up`` seen through its state file, with the parts of :class:`launcher.stack.Stack` that the
-    fault matrix reads (``router_target``, ``router``, ``kvstores``, ``prefills``, ``decodes``, ``processes``)."""
+    fault matrix reads (``router_target``, ``router``, ``kvstores``, ``prefills``, ``decodes``, ``processes``, and the
+    stack's identities to call its services as a role)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.refresh()
+        identities = {role: Path(d) for role, d in self.state.get("identities", {}).items()}
+        self.spec = SimpleNamespace(insecure_internal=not self.state.get("internal_tls", False),
+                                    tls=bool(self.state.get("tls")), host="127.0.0.1")
+        self.identities = (StackIdentities(Path(self.state["log_dir"]) / "identities", identities) if identities
+                           else None)
 
     def refresh(self) -> None:
         self.state = read_state(self.path)
@@ -130,14 +138,23 @@ def status_table(state: dict) -> str:
              + (f", OpenAI API {state['http_url']}/v1" if state.get("http_url") else "")]
     if state.get("given_up"):
         lines.append(f"given up: {state['given_up']}")
+    admin = None  # the probes call as the stack's admin identity (launcher/identities.py) where a port wants one
+    if state.get("identities"):
+        from pdserve.common.identity import Identity
+
+        admin = Identity.load(state["identities"]["admin"])
     rows = []
     for p in state["processes"]:
-        if p["state"] != "serving" or state.get("tls"):  # (a TLS stack's ports need its certificates to probe)
+        public = p["module"] in ("router", "openai_server")
+        secured = state.get("tls") if public else state.get("internal_tls")
+        if p["state"] != "serving" or (secured and admin is None):
             health = "-"
         elif p["module"] == "openai_server":
-            health = "ok" if http_ok(f"{state['http_url']}/health") else "failing"
+            health = "ok" if http_ok(f"{state['http_url']}/health", cafile=admin.ca_path if secured else None) \
+                else "failing"
         else:
-            health = "SERVING" if grpc_serving(p["target"]) else "failing"
+            health = "SERVING" if grpc_serving(p["target"], admin.channel_credentials if secured else None) \
+                else "failing"
         last = "-" if p["last_exit"] is None else str(p["last_exit"])
         rows.append((p["name"], p["pid"], p["target"], p["state"], p["restarts"], last, health))
     columns = [("process", "<12"), ("pid", ">8"), ("address", "<16"), ("state", "<9"), ("restarts", ">8"),

@@ -22,6 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from pdserve.client.client import AsyncPdserveClient
+from pdserve.common.tenants import Tenants
+from pdserve.openai_server.auth import TokenCheck
 from pdserve.openai_server.errors import ApiError, error_response, from_grpc
 from pdserve.openai_server.metrics import DISCONNECTS, HTTP_INFLIGHT, HTTP_REQUESTS, HTTP_SECONDS
 from pdserve.openai_server.protocol import (
@@ -139,9 +141,10 @@ class Edge:
         self.retry_after_s = retry_after_s
         self._card = None
 
-    async def card(self, token: str | None):
-        """The served model (asked once: the router serves one model for its lifetime)."""
-        if self._card is None:
+    async def card(self, token: str | None, fresh: bool = False):
+        """The served model, asked once (the router serves one model for its lifetime); ``fresh``: ask the router
+        now, which checks the caller's token (``/v1/models`` answers nobody the router would not)."""
+        if self._card is None or fresh:
             try:
                 self._card = (await self.client.list_models(token)).models[0]
             except grpc.aio.AioRpcError as err:
@@ -218,9 +221,9 @@ class Edge:
 
 def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | None = None,
                timeout_s: float | None = None, retry_after_s: int = 1,
-               credentials: grpc.ChannelCredentials | None = None) -> FastAPI:
+               credentials: grpc.ChannelCredentials | None = None, tenants: Tenants | None = None) -> FastAPI:
     """The ASGI app. ``client`` replaces the router connection (tests); else one is opened at startup, over TLS
-    with ``credentials``."""
+    with ``credentials``. ``tenants``: the tokens every route but /health checks first (the router checks again)."""
     edge = Edge(client, timeout_s, retry_after_s)
 
     @asynccontextmanager
@@ -234,8 +237,10 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
             if owned:
                 await edge.client.close()
 
-    app = FastAPI(title="pdserve OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.add_middleware(MetricsMiddleware)
+    app = FastAPI(title="pdserve OpenAI-compatible API", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.add_middleware(TokenCheck, tenants=tenants)
+    app.add_middleware(MetricsMiddleware)  # outermost: counts refused calls too
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -266,7 +271,7 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        card = await edge.card(edge.token(request))
+        card = await edge.card(edge.token(request), fresh=True)
         return {"object": "list", "data": [{"id": card.id, "object": "model", "created": 0, "owned_by": "pdserve",
                                             "max_model_len": card.context_length}]}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import grpc
 from fastapi.responses import JSONResponse
 
+from pdserve.common.redact import without_addresses
 from pdserve.common.status import violated_field
 
 HTTP_STATUS = {
@@ -26,6 +27,10 @@ HTTP_STATUS = {
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
+# failures of the stack's plumbing rather than of the request: the router's name the role that failed ("prefill: ...")
+PLUMBING = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
+            grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS)
+ROLE_PREFIXES = ("router:", "prefill:", "decode:", "kvstore:")
 ERROR_TYPE = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error",
               503: "service_unavailable_error", 504: "timeout_error"}
 
@@ -48,7 +53,9 @@ class ApiError(Exception):
 def from_grpc(err: grpc.aio.AioRpcError, rename=lambda field: field) -> ApiError:
     """The HTTP error for a failed router call; ``rename`` maps router field names to the request's."""
     status = HTTP_STATUS.get(err.code(), 500)
-    details = err.details() or err.code().name
+    details = without_addresses(err.details() or err.code().name)
+    if err.code() in PLUMBING and not details.startswith(ROLE_PREFIXES):
+        details = f"router: {details}"  # the router's own failure, or the edge's call to it (gRPC's text)
     field = violated_field(err) if status in (400, 409) else None
     param = None
     if field is not None:

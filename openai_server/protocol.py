@@ -52,6 +52,7 @@ class SamplingFields(Body):
     stop_token_ids: list[UInt32] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    cache_salt: str | None = None  # prefix caching only among requests of the caller's tenant with the same salt
     # pdserve's own: finish with reason "repetition" when the output loops (0 = off); finish with reason "complete"
     # when the model's own check at a sentence boundary gives P(yes) >= stop_when_complete (0 = off)
     repetition_max_repeats: UInt32 = 0
@@ -80,6 +81,8 @@ class SamplingFields(Body):
                 out[name] = value
         if self.stop is not None:
             out["stop"] = [self.stop] if isinstance(self.stop, str) else self.stop
+        if self.cache_salt is not None:
+            out["cache_salt"] = self.cache_salt
         out.update(min_tokens=self.min_tokens, ignore_eos=self.ignore_eos,
                    include_stop_str_in_output=self.include_stop_str_in_output,
                    repetition_max_repeats=self.repetition_max_repeats, stop_when_complete=self.stop_when_complete)

@@ -18,3 +18,5 @@ KV_SECONDS = Histogram("pdserve_prefill_kv_io_seconds", "Wall time fetching and 
 PROMPT_LEN = Histogram("pdserve_prefill_request_prompt_tokens", "Prompt length per request", buckets=TOKEN_COUNT_BUCKETS)
 WAITING = Gauge("pdserve_prefill_num_requests_waiting", "Prompts waiting for (or in) prefill")
 WAITING_TOKENS = Gauge("pdserve_prefill_num_tokens_waiting", "Prompt tokens still to compute")
+KV_INTEGRITY_FAILURES = Counter("pdserve_prefill_kv_integrity_failures_total",
+                                "Reused prompt blocks that failed their checksum or MAC (computed instead)")

@@ -10,7 +10,7 @@ import grpc
 
 from pdserve.common.convert import token_step
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
-from pdserve.common.validation import MAX_REQUEST_ID_CHARS, check_worker_request
+from pdserve.common.validation import MAX_REQUEST_ID_CHARS, MAX_SALT_CHARS, check_worker_request
 from pdserve.engine.kv_blocks import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.scheduler import Role
@@ -53,8 +53,11 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         ttl = request.lease_ttl_s or DEFAULT_LEASE_TTL_S
         if not 0 < ttl <= MAX_LEASE_TTL_S:
             raise InvalidParameter("lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {ttl}")
-        if len(request.lease_id) > MAX_REQUEST_ID_CHARS or not request.lease_id.isprintable():
-            raise InvalidParameter("lease_id", f"at most {MAX_REQUEST_ID_CHARS} printable characters")
+        if not request.lease_id or len(request.lease_id) > MAX_REQUEST_ID_CHARS or not request.lease_id.isprintable():
+            raise InvalidParameter("lease_id", f"1..{MAX_REQUEST_ID_CHARS} printable characters: the lease the router "
+                                               "made for the request")
+        if len(request.cache_salt) > MAX_SALT_CHARS:
+            raise InvalidParameter("cache_salt", f"at most {MAX_SALT_CHARS} characters")
         return ids, params, ttl
 
     async def Prefill(self, request, context):
@@ -64,7 +67,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             await abort_invalid(context, exc)
         try:
             with self.worker.admission():
-                return await self._prefill(request.request_id, ids, params, ttl, request.lease_id, context)
+                return await self._prefill(request, ids, params, ttl, context)
         except WorkerFull as exc:
             metrics.REQUESTS.labels("rejected").inc()
             await abort_exhausted(context, f"prefill {exc}")
@@ -72,14 +75,14 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             metrics.REQUESTS.labels("rejected").inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"prefill {exc}")
 
-    async def _prefill(self, request_id: str, ids: list[int], params, ttl: float, lease_id: str, context):
+    async def _prefill(self, request: prefill_pb2.PrefillRequest, ids: list[int], params, ttl: float, context):
         metrics.PROMPT_TOKENS.inc(len(ids))
         metrics.PROMPT_LEN.observe(len(ids))
-        seq = self.runtime.new_sequence(ids, params, request_id)
-        keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens, self.runtime.kv_dtype)
-        # the router sends one lease id per request; a direct caller gets one per call, so a reused request id
-        # never shares KV state (lease, tail block) with another request
-        lease = KVLease(self.kv, lease_id, ttl) if lease_id else KVLease.new(self.kv, ttl, scope=request_id)
+        seq = self.runtime.new_sequence(ids, params, request.request_id)
+        # named under the tenant's salt: blocks (here, in the local cache, in the kvstore) are shared within a tenant
+        keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens, self.runtime.kv_dtype,
+                          salt=request.cache_salt)
+        lease = KVLease(self.kv, request.lease_id, ttl)  # made by the router, one per request
         job: Job | None = None
         uploader: BlockUploader | None = None
         try:
@@ -111,7 +114,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         except grpc.aio.AioRpcError as exc:
             self._give_up(uploader)
             metrics.REQUESTS.labels("error").inc()
-            code = exc.code() if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.UNAVAILABLE
+            passed = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION)  # full; no such lease
+            code = exc.code() if exc.code() in passed else grpc.StatusCode.UNAVAILABLE
             await abort_code(context, code, f"kvstore: {exc.details()}")
         except Exception as exc:  # the model step failed
             self._give_up(uploader)
@@ -133,14 +137,20 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         """Lease what the kvstore already holds and load the reusable leading blocks into ``seq``'s cache.
 
         Returns (blocks present in the kvstore, blocks reused). At least one prompt token is always computed, since
-        the first output token needs its logits.
+        the first output token needs its logits. A block that fails its checksum or MAC on the way (the kvstore drops
+        it) is computed instead, with every block after it, and stored again.
         """
         bt = self.runtime.block_tokens
         stored = await lease.acquire(keys)
         reusable = (len(seq.prompt_ids) - 1) // bt
         local = self.cache.leading_hits(keys[:reusable])
         reuse = min(max(local, stored), reusable)
-        fetched = await self.kv.get(keys[local:reuse]) if reuse > local else []
+        try:
+            fetched = await self.kv.get(keys[local:reuse], lease_id=lease.lease_id) if reuse > local else []
+        except KVIntegrityError as exc:
+            log.warning("a reused block failed its check (%s); computing the prompt from block %d", exc, local)
+            metrics.KV_INTEGRITY_FAILURES.inc()
+            stored, reuse, fetched = local, local, []
         for i in range(reuse):
             if i < local:
                 seq.kv.append_block(self.cache.get(keys[i]), bt)  # (keys name the dtype: the cache's own)

@@ -17,7 +17,7 @@ from pdserve.v1 import common_pb2
 
 M = ("model_name",)
 FINISH_REASONS = tuple(r.value for r in FinishReason)  # stop, length, repetition, abort, error
-REJECT_REASONS = ("invalid", "router_full", "workers_full")
+REJECT_REASONS = ("invalid", "router_full", "workers_full", "tenant_limit", "unauthenticated")
 
 REQUESTS = Counter("pdserve_request_success_total", "Requests finished, by finish reason (abort and error included)",
                    M + ("finished_reason",))

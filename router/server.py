@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
 from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
-from pdserve.common.tls import configure_from_args
+from pdserve.common.tenants import TOKEN_ENV, Tenants
+from pdserve.common.tls import configure_from_args, identity
 from pdserve.engine.runtime import model_metadata
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
-from pdserve.router.auth import TOKEN_ENV, BearerAuthInterceptor, load_token
+from pdserve.router.auth import TenantAuthInterceptor
 from pdserve.router.metrics import init_labels
 from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
 from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS
 from pdserve.router.service import RouterConfig, RouterService
+from pdserve.router.tenancy import TenantLimits, TenantSalts
 from pdserve.router.workers import decode_pool, prefill_pool, split_target
 from pdserve.v1 import router_pb2, router_pb2_grpc
 
+log = logging.getLogger("pdserve.router")
+
 
 def build_parser() -> FlagParser:
-    parser = service_parser("router", 50050)
+    parser = service_parser("router", 50050, public=True)
     add_model_flags(parser)
     parser.add_argument("--served-model-name", default=None, help="model id clients send (default: file name)")
     parser.add_argument("--prefill", default="127.0.0.1:50061", help="prefill worker addresses, comma separated")
@@ -45,8 +50,13 @@ def build_parser() -> FlagParser:
                         help="times a request may resume on another decode worker after its worker went away "
                              "mid-stream (0: such a request fails with UNAVAILABLE)")
     parser.add_argument("--auth-token-file", default=None,
-                        help=f"require 'authorization: Bearer <token>' on the public API, the token read from this "
-                             f"file (or from ${TOKEN_ENV}; never logged)")
+                        help=f"require 'authorization: Bearer <token>' on the public API: lines 'TENANT TOKEN' (or a "
+                             f"bare TOKEN: tenant default), read again when the file changes (or one token in "
+                             f"${TOKEN_ENV}; never logged)")
+    parser.add_argument("--tenant-max-inflight", type=int, default=256,
+                        help="requests one tenant may have in flight (0: only --max-inflight)")
+    parser.add_argument("--tenant-max-queued-tokens", type=int, default=262144,
+                        help="prompt tokens of one tenant's requests waiting for prefill (0: no limit)")
     parser.add_argument("--max-streams-per-connection", type=int, default=100,
                         help="concurrent calls one client connection may have open (HTTP/2 max concurrent streams)")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
@@ -66,12 +76,20 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             parser.error(f"--{flag}: {exc}")
     setup_logging(args.log_level)
-    configure_from_args(args)
-    token = load_token(args.auth_token_file)
+    configure_from_args(args, "router", needs_kv_key=True)
+    tenants = Tenants.from_flag(args.auth_token_file)
+    if not tenants.enabled:
+        log.warning("no --auth-token-file: the public API is open, and every caller is the tenant 'default' (one "
+                    "prefix cache, one request-id space, one Abort scope)")
     if args.max_streams_per_connection < 1:
         raise SystemExit("--max-streams-per-connection: must be at least 1")
     if args.max_prompt_chars < 1 or args.tokenizer_workers < 1:
         raise SystemExit("--max-prompt-chars and --tokenizer-workers: must be at least 1")
+    for flag in ("tenant_max_inflight", "tenant_max_queued_tokens"):
+        if getattr(args, flag) < 0:
+            raise SystemExit(f"--{flag.replace('_', '-')}: must be at least 0")
+    if not args.colocated and not split_targets(args.kvstore):
+        raise SystemExit("--kvstore: a disaggregated router needs it (it creates each request's KV lease there)")
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig(
         model_name=args.served_model_name or default_name,
@@ -90,7 +108,10 @@ def main(argv: list[str] | None = None) -> None:
         kv = KVStoreClient(split_targets(args.kvstore)) if split_targets(args.kvstore) and not args.colocated else None
         init_labels(config.model_name, [w.target for w in prefill.workers], [w.target for w in decode.workers],
                     args.policy)
-        service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(args.policy, args.block_tokens), kv)
+        ident = identity()
+        service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(args.policy, args.block_tokens), kv,
+                                TenantLimits(args.tenant_max_inflight, args.tenant_max_queued_tokens, tenants.names),
+                                TenantSalts(ident.kv_key if ident else None))
 
         def register(server):
             router_pb2_grpc.add_RouterServicer_to_server(service, server)
@@ -102,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             pollers += [asyncio.create_task(p.discover_loop(args.discovery_interval_s)) for p in (prefill, decode)]
         try:
             await serve("router", args.port, register, args.metrics_port, args.host,
-                        interceptors=[BearerAuthInterceptor(token)] if token else [],
+                        interceptors=[TenantAuthInterceptor(tenants)], public=True, metrics_host=args.metrics_host,
                         options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)])
         finally:
             for p in pollers:

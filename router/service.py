@@ -14,7 +14,7 @@ import grpc
 from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.metrics import request_id_var
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
-from pdserve.common.validation import check_request_id
+from pdserve.common.validation import MAX_SALT_CHARS, check_request_id
 from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
 from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter, sample_params
@@ -22,11 +22,14 @@ from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
+from pdserve.router.auth import current_tenant
+from pdserve.router.kv_leases import request_lease, sample_lease
 from pdserve.router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
 from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, RequestValidator, TokenizerBusy
 from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
+from pdserve.router.tenancy import TenantLimitExceeded, TenantLimits, TenantSalts, internal_id
 from pdserve.router.tokenize import TokenizeRPCs
 from pdserve.router.tokens import TokenPieces
 from pdserve.router.upstream import UpstreamError, prefill_with_retries, resumable_decode, start_prefetch
@@ -34,6 +37,7 @@ from pdserve.router.workers import WorkerPool
 from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 
 log = logging.getLogger("pdserve.router")
+MAX_ABORT_IDS = 1024
 
 
 @dataclass
@@ -55,7 +59,8 @@ class RouterConfig:
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
     def __init__(self, config: RouterConfig, tokenizer: GGUFTokenizer, prefill: WorkerPool, decode: WorkerPool,
-                 policy: PrefillPolicy, kv: KVStoreClient | None) -> None:
+                 policy: PrefillPolicy, kv: KVStoreClient | None, limits: TenantLimits | None = None,
+                 salts: TenantSalts | None = None) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.validator = RequestValidator(tokenizer, config.model_name, config.context_length, config.max_prompt_chars,
@@ -65,9 +70,11 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         self.policy = policy
         self.kv = kv
         self.inflight = 0
-        # requests in flight by id, with their upstream calls (for Abort); workers key leases and tail blocks by
-        # request id: one request per id
-        self.active: dict[str, Inflight] = {}
+        # requests in flight by (tenant, the client's id), with their upstream calls (for Abort): ids are unique per
+        # tenant; the workers see internal ids (tenancy.internal_id), unique everywhere
+        self.active: dict[tuple[str, str], Inflight] = {}
+        self.limits = limits or TenantLimits(0, 0)
+        self.salts = salts or TenantSalts(None)
         self.pieces = TokenPieces(tokenizer)
         self.mean_e2e_s = 1.0  # moving average of finished requests' wall time, for the retry advice
 
@@ -96,11 +103,14 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             fingerprint=c.fingerprint)])
 
     async def Generate(self, request, context):
+        tenant = current_tenant.get()
         request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
         await self._shed_if_full(context)  # before tokenizing: a full router does not spend time on the prompt
         try:
             if request_id:
                 check_request_id(request_id)
+            if len(request.cache_salt) > MAX_SALT_CHARS:
+                raise InvalidParameter("cache_salt", f"at most {MAX_SALT_CHARS} characters")
             ids, params = await self.validator.validate(request)  # the tokenizing in a thread pool
         except InvalidParameter as exc:
             REJECTED.labels("invalid").inc()
@@ -108,18 +118,26 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         except TokenizerBusy as exc:
             await self._shed(context, "router_full", str(exc))
         await self._shed_if_full(context)  # again: others were admitted while this one was tokenized
-        if request_id in self.active:
+        if (tenant, request_id) in self.active:
             REJECTED.labels("duplicate_id").inc()
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")
+        try:
+            slot = self.limits.admit(tenant, len(ids))
+        except TenantLimitExceeded as exc:
+            await self._shed(context, "tenant_limit", str(exc))
         request_id = request_id or uuid.uuid4().hex
+        worker_id = internal_id(request_id)
         samples = [RequestState(request_id, len(ids), colocated=self.config.colocated) for _ in range(params.n)]
-        request_id_var.set(request_id)  # for this RPC's log lines
-        inflight = self.active[request_id] = Inflight()
+        request_id_var.set(worker_id)  # for this RPC's log lines
+        key = (tenant, request_id)
+        inflight = self.active[key] = Inflight()
         self.inflight += 1
         INFLIGHT.inc()
         outcome = "abort"  # unless every sample finishes, is refused or fails below: the caller went away
+        salt = self.salts.salt(tenant, request.cache_salt)
         try:
-            async for chunk in self._serve(samples, ids, request.sampling, context, inflight.track):
+            async for chunk in self._serve(samples, worker_id, ids, request.sampling, salt, context, inflight.track):
+                slot.prefilled()  # its first token is out: its prompt no longer counts as queued
                 if all(s.finish_reason for s in samples):
                     outcome = ""
                 yield chunk
@@ -139,7 +157,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             await abort_code(context, exc.code, str(exc))
         finally:
             self.mean_e2e_s += 0.1 * (time.perf_counter() - samples[0].started - self.mean_e2e_s)
-            del self.active[request_id]
+            del self.active[key]
+            slot.close()
             self.inflight -= 1
             INFLIGHT.dec()
             if outcome:
@@ -165,9 +184,13 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             choices=ordered)
 
     async def Abort(self, request, context):
+        """Aborts the caller's tenant's requests; another tenant's ids are not found, as unknown ones are."""
+        if len(request.request_ids) > MAX_ABORT_IDS:
+            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, f"request_ids: at most {MAX_ABORT_IDS}")
+        tenant = current_tenant.get()
         aborted, not_found = [], []
         for request_id in request.request_ids:
-            inflight = self.active.get(request_id)
+            inflight = self.active.get((tenant, request_id))
             if inflight is None or inflight.aborted:
                 not_found.append(request_id)
             else:
@@ -176,26 +199,27 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         return router_pb2.AbortResponse(aborted=aborted, not_found=not_found)
 
     # --- the request path -------------------------------------------------------------------------------------------
-    async def _serve(self, samples: list[RequestState], ids: list[int], sampling: common_pb2.SamplingParams, context,
-                     track):
+    async def _serve(self, samples: list[RequestState], request_id: str, ids: list[int],
+                     sampling: common_pb2.SamplingParams, salt: str, context, track):
         """Prefill once, then decode each sample; the sampling message goes to the workers as the client sent it
-        (already checked), except that each decode request carries its own sample's parameters (n > 1). ``track``
-        is shown every upstream call (Inflight.track)."""
+        (already checked), except that each decode request carries its own sample's parameters (n > 1). The workers
+        see ``request_id`` (the internal id) and name blocks under ``salt`` (the tenant's). ``track`` is shown every
+        upstream call (Inflight.track)."""
         n = len(samples)
-        request_id = samples[0].request_id
         if self.config.colocated:  # each decode worker prefills for itself: the prompt is computed once per sample
             requests = {i: decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, colocated=True,
                                                     sampling=sample_sampling(sampling, i, n)) for i in range(n)}
             async for chunk in self._relay_all(samples, requests, context, track):
                 yield chunk
             return
-        keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens, self.config.kv_dtype)
-        # the router names the request's lease and holds it (and a copy per extra sample) until the request ends,
+        keys = block_keys(ids, self.config.fingerprint, self.config.block_tokens, self.config.kv_dtype, salt=salt)
+        # the router creates the request's lease and holds it (and a copy per extra sample) until the request ends,
         # e.g. cancelled between prefill and decode; prefill stores under it, decode releases it once it has the KV
         async with contextlib.AsyncExitStack() as leases:
-            lease = await leases.enter_async_context(KVLease.new(self.kv, self.config.lease_ttl_s))
+            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s))
             prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
-                                                         lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id)
+                                                         lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
+                                                         cache_salt=salt)
             prefetched_on, prefetch = (self._prefetch(request_id, ids, keys, lease, context, track) if n == 1
                                        else ("", None))
             try:
@@ -207,7 +231,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 samples[0].lease = lease  # sample 0 decodes under prefill's lease, the others under copies
                 for i in range(1, n):
                     if not firsts[i].finish_reason:
-                        samples[i].lease = await leases.enter_async_context(await self._lease_copy(lease, reply.kv, i))
+                        samples[i].lease = await leases.enter_async_context(await sample_lease(lease, reply.kv, i))
                 for i, first in enumerate(firsts):
                     yield self._chunk(samples, i, first)
                 requests = {}
@@ -239,15 +263,6 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                                      wait_s=min(MAX_WAIT_S, remaining if remaining is not None else MAX_WAIT_S))
         return start_prefetch(self.decode, decode_pb2.PrefetchRequest(request_id=request_id, kv=handle), remaining,
                               track)
-
-    async def _lease_copy(self, lease: KVLease, handle: common_pb2.KVHandle, sample: int) -> KVLease:
-        """Another lease on a prefilled request's blocks, for sample ``sample``'s decode to take (and release)."""
-        if self.kv is None:
-            raise UpstreamError(grpc.StatusCode.FAILED_PRECONDITION, "sampling.n: n > 1 needs the router's --kvstore")
-        copy = await lease.copy(list(handle.block_keys), f"{lease.lease_id}#{sample}")
-        if copy is None:
-            raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "kvstore: the prefilled blocks are gone before decode")
-        return copy
 
     async def _relay_all(self, samples: list[RequestState], requests: dict[int, decode_pb2.DecodeRequest], context,
                          track, prefer: str = ""):

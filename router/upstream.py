@@ -4,7 +4,8 @@ A prefill that fails with UNAVAILABLE (worker down) or RESOURCE_EXHAUSTED (queue
 decode worker that is UNAVAILABLE before it streamed anything is replaced by another (the KV still waits, leased, in
 the kvstore). A decode worker that goes away after streaming (UNAVAILABLE: it died; CANCELLED: it stopped) raises
 :class:`StreamInterrupted`, and the service resumes the request elsewhere by recomputation. Every move is counted in
-``pdserve_router_retries_total{phase}`` (phase prefill, decode or resume).
+``pdserve_router_retries_total{phase}`` (phase prefill, decode or resume). What a client is told of a failure names
+the role, never a worker's address (``common/redact.py``); the router's log has the rest.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from pdserve.common.redact import public_message, without_addresses
 from pdserve.common.server import request_metadata
 from pdserve.router.metrics import RETRIES, ROUTED
 from pdserve.router.policy import PrefillPolicy, choose_decode
@@ -48,8 +50,8 @@ class StreamInterrupted(Exception):
     """A decode worker went away after streaming part of a request (the request can resume elsewhere)."""
 
     def __init__(self, target: str, err: grpc.aio.AioRpcError) -> None:
-        super().__init__(f"decode worker {target} went away mid-stream ({err.code().name}: {err.details()})")
-        self.target = target
+        super().__init__(f"decode: a worker went away mid-stream ({err.code().name.lower()})")
+        self.target = target  # for the router's log, never for the client
 
 
 async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request: prefill_pb2.PrefillRequest,
@@ -87,7 +89,7 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
                     continue
                 if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     continue
-                raise UpstreamError(err.code(), f"prefill: {err.details()}") from err
+                raise UpstreamError(err.code(), public_message("prefill", err.code(), err.details())) from err
             finally:
                 worker.inflight -= 1
                 worker.inflight_tokens -= n_tokens
@@ -95,9 +97,11 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
             break
     if last_error is not None and last_error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         raise UpstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"all prefill workers are full ({last_error.details()})", overloaded=True)
-    raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
-                        f"no prefill worker could take the request ({last_error.details() if last_error else ''})")
+                            f"all prefill workers are full ({without_addresses(last_error.details() or '')})",
+                            overloaded=True)
+    if last_error is not None:
+        log.warning("no prefill worker could take the request: %s", last_error.details())
+    raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "prefill: no worker could take the request (unavailable)")
 
 
 def start_prefetch(pool: WorkerPool, request: decode_pb2.PrefetchRequest, timeout: float | None,
@@ -161,7 +165,8 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, time
             if err.code() in WORKER_GONE and relayed:
                 worker.mark_down()
                 raise StreamInterrupted(worker.target, err) from err
-            raise UpstreamError(err.code(), f"decode: {err.details()}") from err
+            log.info("decode worker %s: %s: %s", worker.target, err.code().name, err.details())
+            raise UpstreamError(err.code(), public_message("decode", err.code(), err.details())) from err
         finally:
             worker.inflight -= 1
             call.cancel()  # no-op when finished; stops the decode sequence when the client went away
@@ -190,6 +195,7 @@ async def resumable_decode(pool: WorkerPool, state: RequestState, request: decod
             return
         except StreamInterrupted as exc:
             failed.add(exc.target)
+            log.warning("decode worker %s went away mid-stream", exc.target)
             if state.resumes >= max_resumes:
                 raise UpstreamError(grpc.StatusCode.UNAVAILABLE,
                                     f"{exc}; gave up after {state.resumes} resumptions") from exc

@@ -96,8 +96,11 @@ class WorkerPool:
     resolves to (a Kubernetes headless Service, a compose service with replicas), re-resolved by ``discover_loop`` so
     replicas that come and go are picked up without a restart. A failed lookup keeps the name's previous workers."""
 
-    def __init__(self, targets: list[str], stub_class, resolver: Resolver = system_resolver) -> None:
+    def __init__(self, targets: list[str], stub_class, resolver: Resolver = system_resolver,
+                 role: str = "prefill") -> None:
+        """``role``: what the workers are (their certificates must say so)."""
         self.stub_class = stub_class
+        self.role = role
         self.resolver = resolver
         self.workers: list[Worker] = []
         self.names: list[tuple[str, int]] = []
@@ -112,7 +115,7 @@ class WorkerPool:
                 self.workers.append(self._new_worker(t))
 
     def _new_worker(self, target: str) -> Worker:
-        ch = channel(target)
+        ch = channel(target, self.role)
         return Worker(target, self.stub_class(ch), ch)
 
     async def refresh(self) -> None:
@@ -169,8 +172,8 @@ class WorkerPool:
 
 
 def prefill_pool(targets: list[str], resolver: Resolver = system_resolver) -> WorkerPool:
-    return WorkerPool(targets, prefill_pb2_grpc.PrefillStub, resolver)
+    return WorkerPool(targets, prefill_pb2_grpc.PrefillStub, resolver, "prefill")
 
 
 def decode_pool(targets: list[str], resolver: Resolver = system_resolver) -> WorkerPool:
-    return WorkerPool(targets, decode_pb2_grpc.DecodeStub, resolver)
+    return WorkerPool(targets, decode_pb2_grpc.DecodeStub, resolver, "decode")

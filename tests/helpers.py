@@ -7,7 +7,7 @@ import os
 import time
 
 from pdserve.common.readiness import wait_for
-from pdserve.common.scrape import scrape  # noqa: F401
+from pdserve.common.scrape import scrape  # noqa: F401  (a plain-HTTP page; a stack's: Stack.scrape)
 
 REFERENCE_WORK_S = 0.015  # the work below, on the 2-core development machine with a core to spare
 
@@ -47,13 +47,11 @@ def reference(runtime, prompts: list[list[int]], params_list):
 
 
 def kv_leases(stack) -> int:
-    """Leases held across a stack's kvstore shards."""
+    """Leases held across a stack's kvstore shards (asked as the admin identity)."""
     import asyncio
 
-    from pdserve.kvstore.client import KVStoreClient
-
     async def count() -> int:
-        kv = KVStoreClient([p.target for p in stack.kvstores])
+        kv = stack.kv_client("admin")
         try:
             return sum(s.leases for s in await kv.stats())
         finally:
@@ -84,13 +82,11 @@ def start_stack(**spec_kwargs):
     return Stack(StackSpec(**spec_kwargs)).start(timeout_s=scaled(120))
 
 
-def decode_load(target: str):
-    """A decode worker's load report (GetLoad)."""
-    import grpc
-
+def decode_load(stack, decode):
+    """A decode worker's load report (GetLoad, asked as the admin identity); ``decode``: a Process or a target."""
     from pdserve.v1 import common_pb2, decode_pb2_grpc
 
-    with grpc.insecure_channel(target) as ch:
+    with stack.channel(decode, "admin") as ch:
         return decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
 
 
@@ -125,3 +121,33 @@ def pdserve_up(args: list[str], until: str):
             return proc, lines
     proc.wait()
     raise RuntimeError(f"pdserve up stopped (exit {proc.returncode}):\n" + "".join(lines))
+
+
+def router_lease(stack, ttl_s: float = 30.0) -> str:
+    """A lease made in the stack's kvstores as the router makes one per request (as the router identity); its id."""
+    import asyncio
+    import uuid
+
+    lease_id = uuid.uuid4().hex
+
+    async def make() -> None:
+        kv = stack.kv_client("router")
+        try:
+            await kv.create_lease(lease_id, ttl_s)
+        finally:
+            await kv.close()
+    asyncio.run(make())
+    return lease_id
+
+
+def prefill_directly(stack, prompt: list[int], sampling, request_id: str = "direct", lease_ttl_s: float = 30.0,
+                     **fields):
+    """A Prefill call made as the router makes it: a lease created first, then Prefill as the router identity. The
+    reply's KV handle can be given to a Decode call (as the router too)."""
+    from pdserve.v1 import prefill_pb2, prefill_pb2_grpc
+
+    lease_id = router_lease(stack, lease_ttl_s)
+    with stack.channel(stack.prefills[0], "router") as ch:
+        return prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
+            request_id=request_id, token_ids=prompt, sampling=sampling, lease_id=lease_id, lease_ttl_s=lease_ttl_s,
+            **fields))

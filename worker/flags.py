@@ -76,7 +76,7 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
     """Load the model and put the scheduler, the clock and the loop together. A modeled deployment (or a scheduler
     flag) that cannot run stops the process with a message naming the field."""
     setup_logging(args.log_level)
-    configure_from_args(args)
+    configure_from_args(args, role.value, needs_kv_key=True)
     try:
         clock = clock_from_args(args)
         scheduling = worker_scheduling(args, role, kv_blocks, kv_budget)
@@ -102,7 +102,7 @@ async def run_worker(name: str, args, worker: Worker,
     loop_task = asyncio.create_task(worker.run(), name=f"{name}-steps")
     try:
         await serve(name, args.port, lambda server: register(server, kv), args.metrics_port, args.host,
-                    on_stop=lambda: worker.drain(args.drain_timeout_s))
+                    on_stop=lambda: worker.drain(args.drain_timeout_s), metrics_host=args.metrics_host)
     finally:
         loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

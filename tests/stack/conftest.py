@@ -35,3 +35,16 @@ def long_stack(tiny_long_model_path):
     stack = start_stack(model=str(tiny_long_model_path), metrics=True, http_port=0)
     yield stack
     stack.stop()
+
+
+TENANTS = {"alice": "alice-token-0001", "mallory": "mallory-token-02"}
+
+
+@pytest.fixture(scope="session")
+def tenant_stack(tiny_long_model_path):
+    """The secured stack (as pdserve up starts it) with two tenants, the HTTP edge, metrics and the test identity
+    (fault injection): what the security tests attack. Its tests leave no state another one reads."""
+    stack = start_stack(model=str(tiny_long_model_path), metrics=True, fault_injection=True, tenant_tokens=TENANTS,
+                        http_port=0)
+    yield stack
+    stack.stop()

@@ -64,14 +64,18 @@ def test_sweep_draws_plots(stack, tmp_path, capsys):
 
 
 def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path):
-    out = pdserve("bench", "serve", "--compare", "--model", str(tiny_model_path), "--modes", "in_process,disaggregated",
+    out = pdserve("bench", "serve", "--compare", "--model", str(tiny_model_path), "--modes",
+                  "in_process,disaggregated,disaggregated_insecure",
                   "--num-prompts", "6", "--input-len", "32", "--output-len", "4", "--max-concurrency", "3",
                   "--disable-tqdm", "--save-result", str(tmp_path / "c.json"), "--prefill-flags", "--max-num-batched-tokens 16")
     assert out.returncode == 0, out.stderr
     assert "in_process" in out.stdout and "disaggregated" in out.stdout
     assert "; prefill flags: --max-num-batched-tokens 16" in out.stdout  # 32-token prompts in two steps
     assert "% of prefill compute" in out.stdout and "decode's KV fetch" in out.stdout
+    cost = next(line for line in out.stdout.splitlines() if line.startswith("secured / insecure internal plane:"))
+    assert "out tok/s" in cost and "stack CPU per output token" in cost
     data = json.loads((tmp_path / "c.json").read_text())
+    assert data["disaggregated"]["stack_cpu_ms_per_token"] > 0 and data["disaggregated_insecure"]["completed"] == 6
     assert data["in_process"]["completed"] == 6 and data["disaggregated"]["completed"] == 6
     assert data["disaggregated"]["prefill_compute_s"] > 0
     # the same workload, so the same token counts in both modes

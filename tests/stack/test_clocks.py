@@ -8,7 +8,7 @@ from pdserve.engine.params import SamplingParams
 from pdserve.engine.runtime import Runtime
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import TimingModel
-from tests.helpers import scrape, start_stack
+from tests.helpers import start_stack
 
 DEFAULT_TIMING = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang")
 
@@ -75,7 +75,7 @@ def test_steps_slower_than_their_budget_are_counted_as_lag(tiny_model_path):
     try:
         with PdserveClient(stack.router_target) as c:
             c.complete("the end", max_tokens=5, temperature=0, ignore_eos=True)
-        metrics = scrape(stack.decodes[0].metrics_port)
+        metrics = stack.scrape(stack.decodes[0])
         assert metrics[("pdserve_pacing_lagged_steps_total", (("phase", "decode"),))] >= 4
         assert metrics[("pdserve_pacing_lag_seconds_total", (("phase", "decode"),))] > 0
         assert metrics[("pdserve_step_modeled_seconds_count", (("phase", "decode"),))] >= 4
@@ -88,24 +88,21 @@ def test_a_worker_refuses_a_modeled_deployment_that_cannot_run():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "pdserve.decode_server", "--model", "synthetic",
+    done = subprocess.run([sys.executable, "-m", "pdserve.decode_server", "--model", "synthetic", "--insecure-internal",
                            "--deployment", "gpus=1,tp=1,ep=1"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "modeled deployment: gpus: weights of" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_decode_takes_its_kv_budget_from_the_modeled_deployment():
-    import grpc
-
     from pdserve.common.scheduling import modeled_scheduling
     from pdserve.engine.scheduler import Role
     from pdserve.perfmodel.deployment import Deployment, kv_capacity_tokens
-    from pdserve.v1 import common_pb2, decode_pb2_grpc
+    from tests.helpers import decode_load
 
     stack = start_stack(model="synthetic", extra={"decode": ["--kv-budget", "modeled"]})
     try:
-        with grpc.insecure_channel(stack.decodes[0].target) as ch:
-            load = decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
+        load = decode_load(stack, stack.decodes[0])
         modeled = modeled_scheduling(Deployment(), Role.DECODE).deployment  # with its software's memory fraction
         assert load.kv_blocks_total == kv_capacity_tokens(modeled) // 16
         with PdserveClient(stack.router_target) as c:

@@ -1,15 +1,18 @@
 """deploy/Dockerfile and deploy/docker-compose.yml, run for real with podman: build the image once, bring the stack
-up, send requests through the router's published port, check that the router found both replicas of each worker
-and that Prometheus scrapes every target, then tear everything down."""
+up (its identities made by the one-shot service, the internal plane secured), send requests through the router's and
+the edge's published ports with the token, check that the router found both replicas of each worker, that
+Prometheus scrapes every target over HTTPS, and that nothing internal is published; then tear everything down."""
 
 from __future__ import annotations
 
 import os
 
 import grpc
+import httpx
 import pytest
 
 from pdserve.client.client import PdserveClient
+from pdserve.common.readiness import http_ok
 from pdserve.launcher.stack import free_port
 from pdserve.v1 import router_pb2, router_pb2_grpc
 from tests.containers import IMAGE, build_image, compose_command, podman_env, run
@@ -17,7 +20,8 @@ from tests.helpers import wait_until
 from tests.prom import query
 
 COMPOSE_FILE = "deploy/docker-compose.yml"
-SERVICES = ["kvstore", "prefill", "decode", "router", "prometheus"]  # Grafana's image cannot be had here
+SERVICES = ["identities", "kvstore", "prefill", "decode", "router", "openai", "prometheus"]  # no Grafana image here
+TOKEN = "compose-test-token-1"
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +36,8 @@ def image_env(tmp_path_factory):
 def router_ready(target: str) -> bool:
     try:
         with grpc.insecure_channel(target) as ch:
-            models = router_pb2_grpc.RouterStub(ch).ListModels(router_pb2.ListModelsRequest(), timeout=3)
+            models = router_pb2_grpc.RouterStub(ch).ListModels(router_pb2.ListModelsRequest(), timeout=3,
+                                                               metadata=(("authorization", f"Bearer {TOKEN}"),))
             return bool(models.models)
     except grpc.RpcError:
         return False
@@ -40,7 +45,7 @@ def router_ready(target: str) -> bool:
 
 def answers(router: str) -> bool:
     try:
-        with PdserveClient(router) as client:
+        with PdserveClient(router, token=TOKEN) as client:
             return bool(client.complete(messages=[{"role": "user", "content": "Hi"}], max_tokens=2).finish_reason)
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
@@ -61,7 +66,8 @@ def test_image_runs_as_non_root_with_the_model_baked_in_and_a_grpc_health_check(
 
 
 def test_compose_stack_serves_and_is_scraped(image_env):
-    env = dict(image_env, PDSERVE_ROUTER_PORT=str(free_port()), PROMETHEUS_PORT=str(free_port()))
+    env = dict(image_env, PDSERVE_ROUTER_PORT=str(free_port()), PROMETHEUS_PORT=str(free_port()),
+               PDSERVE_HTTP_PORT=str(free_port()), PDSERVE_AUTH_TOKEN=TOKEN)
     project = f"pdserve-test-{os.getpid()}"
     compose = compose_command() + ["-p", project, "-f", COMPOSE_FILE]
     router = f"127.0.0.1:{env['PDSERVE_ROUTER_PORT']}"
@@ -70,16 +76,29 @@ def test_compose_stack_serves_and_is_scraped(image_env):
         run(compose + ["up", "-d", "--no-build", *SERVICES], env, timeout=600)
         wait_until(lambda: router_ready(router), 300, "the router answers on its published port")
         wait_until(lambda: answers(router), 300, "a request through the router (workers loading the model)")
-        with PdserveClient(router) as client:
+        with PdserveClient(router) as client:  # no token: refused
+            with pytest.raises(grpc.RpcError) as err:
+                client.list_models()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with PdserveClient(router, token=TOKEN) as client:
             replies = [client.complete(messages=[{"role": "user", "content": f"Count to {n}"}], max_tokens=8,
                                        temperature=0) for n in range(2, 8)]
         assert all(r.usage.completion_tokens >= 1 and r.finish_reason for r in replies)
-        # Prometheus found every replica by DNS and scrapes them all
-        wait_until(lambda: len(query(prometheus, 'up{job=~"pdserve.*"} == 1')) == 6, 120,
-                   "6 targets up (router, kvstore, 2 prefill, 2 decode)")
+        edge = f"http://127.0.0.1:{env['PDSERVE_HTTP_PORT']}"
+        wait_until(lambda: http_ok(f"{edge}/health"), 120, "the edge answers on its published port")
+        assert httpx.get(f"{edge}/v1/models", timeout=30).status_code == 401
+        assert httpx.get(f"{edge}/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30).json()["data"]
+        # only the router's and the edge's ports are published (Prometheus and Grafana on loopback)
+        published = run(["podman", "ps", "--filter", f"label=io.podman.compose.project={project}", "--format",
+                         "{{.Names}} {{.Ports}}"], env).stdout
+        exposed = {line.split()[0]: line for line in published.splitlines() if "->" in line}
+        assert all("_router_" in name or "_openai_" in name or "127.0.0.1:" in line for name, line in exposed.items())
+        # Prometheus found every replica by DNS and scrapes them all, over HTTPS as its own identity
+        wait_until(lambda: len(query(prometheus, 'up{job=~"pdserve.*"} == 1')) == 7, 120,
+                   "7 targets up (router, edge, kvstore, 2 prefill, 2 decode)")
         up = query(prometheus, 'up{job=~"pdserve.*"}')
         assert sorted(r["metric"]["job"] for r in up) == sorted(
-            ["pdserve-router", "pdserve-kvstore"] + ["pdserve-prefill"] * 2 + ["pdserve-decode"] * 2)
+            ["pdserve-router", "pdserve-openai", "pdserve-kvstore"] + ["pdserve-prefill"] * 2 + ["pdserve-decode"] * 2)
         # the router found both replicas of each worker service behind one DNS name
         decisions = query(prometheus, "pdserve_router_routing_decisions_total")
         workers = {(r["metric"]["phase"], r["metric"]["worker"]) for r in decisions}
@@ -90,11 +109,12 @@ def test_compose_stack_serves_and_is_scraped(image_env):
                    "3 decode targets up after scaling")
         wait_until(lambda: run(compose + ["logs", "router"], env, check=False).stdout.count(":50071 joined") == 3,
                    60, "the router saw the third decode replica join")
-        # the image's gRPC health check passes inside a running container
-        router_container = run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project={project}",
-                                "--filter", "label=com.docker.compose.service=router"], env).stdout.split()
-        assert router_container
-        assert run(["podman", "healthcheck", "run", router_container[0]], env, check=False).returncode == 0
+        # the image's health check passes inside running containers: the router's public port, a worker's mutual TLS
+        for service in ("router", "decode", "openai"):
+            container = run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project={project}",
+                             "--filter", f"label=com.docker.compose.service={service}"], env).stdout.split()
+            assert container, service
+            assert run(["podman", "healthcheck", "run", container[0]], env, check=False).returncode == 0, service
     except BaseException:
         for service in SERVICES:
             print(run(compose + ["logs", "--tail", "30", service], env, check=False).stdout[-3000:])

@@ -49,7 +49,7 @@ def two_replicas(tiny_model_path, tmp_path_factory):
             log = logs / f"decode-{host}.log"
             procs.append((subprocess.Popen(
                 [sys.executable, "-m", "pdserve.decode_server", "--model", str(tiny_model_path), "--kvstore", "",
-                 "--host", host, "--port", str(port)], env=env, cwd=ROOT, stdout=log.open("w"),
+                 "--host", host, "--port", str(port), "--insecure-internal"], env=env, cwd=ROOT, stdout=log.open("w"),
                 stderr=subprocess.STDOUT), log))
             wait_serving(f"{host}:{port}", *procs[-1])
         yield port

@@ -16,9 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.common.scrape import total
 from pdserve.engine.params import SamplingParams
-from pdserve.kvstore.client import KVStoreClient
-from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import kv_leases, reference, scrape, start_stack, wait_until
+from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
+from tests.helpers import decode_load, kv_leases, prefill_directly, reference, start_stack, wait_until
 
 SLOW_DECODE = ["--pace", "realtime", "--time-scale", "8"]  # >= ~200 ms per decode step
 PROMPT = list(range(3, 40))
@@ -26,19 +25,14 @@ GREEDY = SamplingParams(max_tokens=60, temperature=0.0, ignore_eos=True)
 SEEDED = SamplingParams(max_tokens=60, temperature=0.9, top_p=0.95, seed=7, ignore_eos=True)
 
 
-def decode_load(target: str) -> common_pb2.WorkerLoad:
-    with grpc.insecure_channel(target) as ch:
-        return decode_pb2_grpc.DecodeStub(ch).GetLoad(common_pb2.LoadRequest())
-
-
 def router_retries(stack, phase: str) -> float:
-    return scrape(stack.router.metrics_port).get(("pdserve_router_retries_total", (("phase", phase),)), 0.0)
+    return stack.scrape(stack.router).get(("pdserve_router_retries_total", (("phase", phase),)), 0.0)
 
 
 def serving_decode(stack):
     """The decode worker running the one request in flight."""
     return wait_until(lambda: next((p for p in stack.decodes if p.popen.poll() is None
-                                    and decode_load(p.target).running == 1), None), what="a decode worker running it")
+                                    and decode_load(stack, p).running == 1), None), what="a decode worker running it")
 
 
 def stream_with_fault(stack, params: SamplingParams, fault, after_chunks: int = 5):
@@ -77,7 +71,7 @@ def test_decode_worker_killed_mid_stream_resumes_elsewhere(two_decode_stack, tin
     assert router_retries(stack, "resume") == resumes_before + 1
     stack.restart(victim[0])  # for the next case
     for p in stack.decodes:
-        wait_until(lambda p=p: decode_load(p.target).running == 0 and decode_load(p.target).kv_blocks_used == 0,
+        wait_until(lambda p=p: decode_load(stack, p).running == 0 and decode_load(stack, p).kv_blocks_used == 0,
                    what="no sequence left on the surviving decode worker")
     assert kv_leases(stack) == 0
 
@@ -93,7 +87,7 @@ def test_a_stream_that_cannot_resume_fails_cleanly(tiny_model_path, resumes):
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "went away mid-stream" in err.value.details()
         assert ("no other decode worker" if resumes else "gave up after 0 resumptions") in err.value.details()
-        wait_until(lambda: scrape(stack.router.metrics_port)[("pdserve_num_requests_inflight", ())] == 0,
+        wait_until(lambda: stack.scrape(stack.router)[("pdserve_num_requests_inflight", ())] == 0,
                    what="router in-flight back to 0")
     finally:
         stack.stop()
@@ -109,7 +103,7 @@ def test_graceful_drain_finishes_the_running_stream_and_takes_nothing_new(two_de
         p = serving_decode(stack)
         drained.append(p)
         p.popen.send_signal(signal.SIGTERM)
-        with grpc.insecure_channel(p.target) as ch:  # health says NOT_SERVING while it drains
+        with stack.channel(p, "admin") as ch:  # health says NOT_SERVING while it drains
             wait_until(lambda: health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest()).status
                        == health_pb2.HealthCheckResponse.NOT_SERVING, what="NOT_SERVING while draining")
         with PdserveClient(stack.router_target) as c:  # new work goes to the other worker meanwhile
@@ -132,12 +126,12 @@ def test_router_killed_workers_free_sequences_and_leases(tiny_long_model_path):
             long_run = SamplingParams(max_tokens=2000, temperature=0.0, ignore_eos=True)
             stream_with_fault(stack, long_run, lambda: stack.kill(stack.router), after_chunks=3)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        decode = stack.decodes[0].target
-        wait_until(lambda: decode_load(decode).running + decode_load(decode).waiting == 0, timeout_s=30,
+        decode = stack.decodes[0]
+        wait_until(lambda: decode_load(stack, decode).running + decode_load(stack, decode).waiting == 0, timeout_s=30,
                    what="decode noticed the cancelled stream")
-        assert decode_load(decode).kv_blocks_used == 0
+        assert decode_load(stack, decode).kv_blocks_used == 0
         wait_until(lambda: kv_leases(stack) == 0, timeout_s=30, what="leases released or expired")
-        metrics = scrape(stack.decodes[0].metrics_port)
+        metrics = stack.scrape(stack.decodes[0])
         assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == 1
     finally:
         stack.stop()
@@ -151,7 +145,7 @@ def test_lease_renewed_while_decode_fetches(tiny_model_path):
         "router": ["--lease-ttl-s", "2"]})
 
     def renewals() -> float:
-        return total(scrape(stack.kvstores[0].metrics_port), "pdserve_kvstore_operation_seconds_count", op="renew")
+        return total(stack.scrape(stack.kvstores[0]), "pdserve_kvstore_operation_seconds_count", op="renew")
 
     try:
         with PdserveClient(stack.router_target) as client:
@@ -177,15 +171,15 @@ def test_kvstore_shard_killed_prefill_and_decode_use_the_others(tiny_model_path,
         with PdserveClient(stack.router_target) as c:
             for prompt, w in zip(prompts, want):
                 assert list(c.complete(token_ids=prompt, **vars(params)).token_ids) == w.output_ids
-        stats = asyncio.run(_stats(stack.kvstores[0].target))
+        stats = asyncio.run(_stats(stack, stack.kvstores[0].target))
         assert stats.blocks >= 4 * 4 and stats.leases == 0  # every block landed on the live shard
         assert _kv_load_failures(stack, "recompute") == 0  # the decode worker found them there: nothing recomputed
     finally:
         stack.stop()
 
 
-async def _stats(target: str):
-    kv = KVStoreClient([target])
+async def _stats(stack, target: str):
+    kv = stack.kv_client("admin", targets=[target])
     try:
         return (await kv.stats())[0]
     finally:
@@ -193,7 +187,7 @@ async def _stats(target: str):
 
 
 def _kv_load_failures(stack, policy: str) -> float:
-    return scrape(stack.decodes[0].metrics_port).get(
+    return stack.scrape(stack.decodes[0]).get(
         ("pdserve_decode_kv_load_failures_total", (("policy", policy),)), 0.0)
 
 
@@ -201,13 +195,11 @@ def _prefill_then_decode(stack, prompt: list[int], params: SamplingParams, betwe
     """Prefill and decode called directly, with ``between(handle)`` run in the hand-off."""
     sampling = common_pb2.SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature,
                                          ignore_eos=params.ignore_eos)
-    with grpc.insecure_channel(stack.prefills[0].target) as ch:
-        reply = prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
-            request_id=f"handoff-{time.monotonic_ns()}", token_ids=prompt, sampling=sampling))
+    reply = prefill_directly(stack, prompt, sampling, f"handoff-{time.monotonic_ns()}")
     between(reply.kv)
     request = decode_pb2.DecodeRequest(request_id="handoff-decode", prompt_ids=prompt, kv=reply.kv, sampling=sampling,
                                        first_token=reply.first.token_ids[0])
-    with grpc.insecure_channel(stack.decodes[0].target) as ch:
+    with stack.channel(stack.decodes[0], "router") as ch:
         chunks = list(decode_pb2_grpc.DecodeStub(ch).Decode(request, timeout=60))
     return list(reply.first.token_ids) + [t for c in chunks for t in c.step.token_ids]
 
@@ -224,7 +216,7 @@ def test_decode_recomputes_when_the_kv_cannot_be_fetched(tiny_model_path, tiny_r
         want = reference(tiny_runtime, [prompt], [params])[0].output_ids
 
         def corrupt(handle):
-            asyncio.run(_corrupt(stack.kvstores[0].target, handle.block_keys[1]))
+            asyncio.run(_corrupt(stack, handle.block_keys[1]))
 
         for fault, code in ((corrupt, grpc.StatusCode.DATA_LOSS),
                             (lambda handle: stack.kill(stack.kvstores[0]), grpc.StatusCode.UNAVAILABLE)):
@@ -235,13 +227,13 @@ def test_decode_recomputes_when_the_kv_cannot_be_fetched(tiny_model_path, tiny_r
                     _prefill_then_decode(stack, prompt, params, fault)
                 assert err.value.code() == code and err.value.details().startswith("kv:")
         assert _kv_load_failures(stack, policy) == 2
-        assert decode_load(stack.decodes[0].target).kv_blocks_used == 0
+        assert decode_load(stack, stack.decodes[0]).kv_blocks_used == 0
     finally:
         stack.stop()
 
 
-async def _corrupt(target: str, key: str) -> None:
-    kv = KVStoreClient([target])
+async def _corrupt(stack, key: str) -> None:
+    kv = stack.kv_client("test")
     try:
         await kv.corrupt(key)
     finally:

@@ -13,12 +13,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from pdserve.kvstore.mac import BlockMAC
 from pdserve.kvstore.store import checksum
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
+from tests.helpers import router_lease
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 NAMES_A_FIELD = re.compile(r"^((prefill|decode|kv|kvstore): )?[a-z_][a-z_0-9.\[\]]*: ")
-CLEAN_CODES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DATA_LOSS}
+CLEAN_CODES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DATA_LOSS,
+               grpc.StatusCode.FAILED_PRECONDITION}  # the last: a lease nobody made
 FINISH_REASONS = {"stop", "length", "repetition"}
 KNOWN = router_pb2.GenerateRequest(token_ids=router_pb2.TokenIds(ids=list(range(3, 30))),
                                    sampling=common_pb2.SamplingParams(max_tokens=6, temperature=0.0))
@@ -38,7 +41,7 @@ def router(stack):
         # still healthy, and the same answer as before the fuzzing
         assert list(stub.Complete(KNOWN, timeout=30).token_ids) == known_answer
     for p in stack.processes:
-        with grpc.insecure_channel(p.target) as ch:
+        with grpc.insecure_channel(p.target) if p is stack.router else stack.channel(p, "admin") as ch:
             status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
             assert status == health_pb2.HealthCheckResponse.SERVING, p.name
 
@@ -137,7 +140,7 @@ def test_decode_answers_or_names_the_field(stack, prompt, resume, first, colocat
     request = decode_pb2.DecodeRequest(request_id="fuzz", prompt_ids=prompt, first_token=first, colocated=colocated,
                                        resume_ids=resume, sampling=common_pb2.SamplingParams(max_tokens=4),
                                        kv=common_pb2.KVHandle(block_keys=keys, token_count=count, block_tokens=16))
-    with grpc.insecure_channel(stack.decodes[0].target) as ch:
+    with stack.channel(stack.decodes[0], "router") as ch:
         try:
             chunks = list(decode_pb2_grpc.DecodeStub(ch).Decode(request, timeout=60))
         except grpc.RpcError as err:
@@ -148,9 +151,10 @@ def test_decode_answers_or_names_the_field(stack, prompt, resume, first, colocat
 
 # --- kvstore Put streams ----------------------------------------------------------------------------------------------
 @st.composite
-def put_streams(draw) -> list[kvstore_pb2.PutChunk]:
-    """Headers and data chunks in any order: truncated, too long, out of order, a checksum of other bytes."""
-    messages = []
+def put_streams(draw, lease_id: str, mac: BlockMAC) -> list[kvstore_pb2.PutChunk]:
+    """Headers and data chunks in any order: truncated, too long, out of order, a checksum of other bytes, under a
+    real lease (or a made-up one), each header signed for the bytes it claims (as prefill signs them)."""
+    messages = [kvstore_pb2.PutChunk(lease_id=lease_id, lease_ttl_s=30)]
     for _ in range(draw(st.integers(0, 4))):
         data = draw(st.binary(min_size=0, max_size=64))
         claimed = draw(st.one_of(st.just(data), st.binary(min_size=len(data), max_size=len(data)),
@@ -161,29 +165,37 @@ def put_streams(draw) -> list[kvstore_pb2.PutChunk]:
             token_count=draw(st.one_of(st.integers(1, 16), st.integers(0, 2**32 - 1))),
             nbytes=draw(st.one_of(st.just(len(claimed)), st.just(len(claimed)), st.integers(0, 2**63))),
             crc32=checksum(claimed))
+        header.mac = mac.sign(header.key, header.token_count, claimed)
         parts = [kvstore_pb2.PutChunk(header=header)]
         cut = draw(st.integers(0, len(data)))
         parts += [kvstore_pb2.PutChunk(data=piece) for piece in (data[:cut], data[cut:]) if piece]
         parts = draw(st.permutations(parts)) if draw(st.booleans()) else parts
         messages += parts
-    if messages and draw(st.booleans()):
+    if draw(st.booleans()):
         messages[0].lease_id = draw(st.text(max_size=10))
         messages[0].lease_ttl_s = draw(st.floats(allow_nan=True, allow_infinity=True))
     return messages
 
 
+@pytest.fixture(scope="module")
+def fuzz_lease(stack):
+    return router_lease(stack, 300)
+
+
 @FUZZ
-@given(messages=put_streams())
-def test_kvstore_put_stores_consistent_blocks_or_names_the_problem(stack, messages):
-    with grpc.insecure_channel(stack.kvstores[0].target) as ch:
+@given(data=st.data())
+def test_kvstore_put_stores_consistent_blocks_or_names_the_problem(stack, fuzz_lease, data):
+    messages = data.draw(put_streams(fuzz_lease, BlockMAC(stack.identities.identity("prefill").kv_key)))
+    with stack.channel(stack.kvstores[0], "prefill") as ch:
         stub = kvstore_pb2_grpc.KVStoreStub(ch)
         try:
             stub.Put(iter(messages), timeout=30)
         except grpc.RpcError as err:
             assert_clean(err)
             return
-        # accepted: every block it holds now reads back intact (Get checks each block's checksum)
+        # accepted: every block it holds now reads back intact (Get checks each block's checksum and MAC)
         keys = [m.header.key for m in messages if m.HasField("header")]
-        for chunk in stub.Get(kvstore_pb2.GetRequest(keys=keys), timeout=30):
+        request = kvstore_pb2.GetRequest(keys=keys, lease_id=messages[0].lease_id)
+        for chunk in stub.Get(request, timeout=30):
             if chunk.HasField("header"):
                 assert chunk.header.key in keys

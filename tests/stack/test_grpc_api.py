@@ -11,7 +11,7 @@ from grpc_status import rpc_status
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.engine.llm_engine import LLMEngine
 from pdserve.engine.params import InvalidParameter, SamplingParams, sample_params
-from tests.helpers import decode_load, kv_leases, scrape, start_stack, wait_until
+from tests.helpers import decode_load, kv_leases, start_stack, wait_until
 
 PROMPT = [1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58]
 
@@ -110,7 +110,7 @@ def test_streamed_logprobs_match_in_process(stack, long_runtime, params):
 
 
 def prefill_counts(stack) -> tuple[float, float]:
-    metrics = scrape(stack.prefills[0].metrics_port)
+    metrics = stack.scrape(stack.prefills[0])
     return (metrics.get(("pdserve_prefill_requests_total", (("outcome", "ok"),)), 0.0),
             metrics.get(("pdserve_prefill_prompt_tokens_total", ()), 0.0))
 
@@ -149,7 +149,7 @@ def test_n_samples_stream_tagged_by_index(stack):
 @pytest.mark.parametrize("n", [1, 2])
 def test_abort_from_another_connection_frees_kv_and_leases(stack, n):
     decode = stack.decodes[0]
-    aborted_before = scrape(decode.metrics_port).get(("pdserve_decode_requests_total", (("finished_reason", "abort"),)), 0)
+    aborted_before = stack.scrape(decode).get(("pdserve_decode_requests_total", (("finished_reason", "abort"),)), 0)
 
     async def scenario():
         async with AsyncPdserveClient(stack.router_target) as client, AsyncPdserveClient(stack.router_target) as proxy:
@@ -170,10 +170,10 @@ def test_abort_from_another_connection_frees_kv_and_leases(stack, n):
     last = {ch.index: ch for ch in chunks if ch.finish_reason}
     assert {i: ch.finish_reason for i, ch in last.items()} == {i: "abort" for i in range(n)}
     assert chunks[-1].usage.completion_tokens == sum(len(ch.token_ids) for ch in chunks) < 6000
-    wait_until(lambda: decode_load(decode.target).running == 0, what="decode running == 0")
-    assert decode_load(decode.target).kv_blocks_used == 0
+    wait_until(lambda: decode_load(stack, decode).running == 0, what="decode running == 0")
+    assert decode_load(stack, decode).kv_blocks_used == 0
     wait_until(lambda: kv_leases(stack) == 0, what="leases released")
-    metrics = scrape(decode.metrics_port)
+    metrics = stack.scrape(decode)
     assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == aborted_before + n
 
 

@@ -4,6 +4,7 @@ the kustomization complete, and every image, module, flag, port and probe one th
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip ins
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 COMPOSE = K8S.parent / "docker-compose.yml"
-KUBERNETES_VERSION = "1.30.0"  # gRPC probes are GA since 1.27
+KUBERNETES_VERSION = "1.30.0"
 SERVICE_MODULES = {"pdserve.kvstore": "pdserve.kvstore.main", "pdserve.prefill_server": "pdserve.prefill_server.server",
                    "pdserve.decode_server": "pdserve.decode_server.server", "pdserve.router": "pdserve.router.server"}
 
@@ -37,7 +38,8 @@ def test_kustomization_lists_every_manifest():
 
 def test_every_manifest_is_valid_against_the_kubernetes_schemas():
     docs = resources()
-    assert {d["kind"] for d in docs} == {"Namespace", "Service", "Deployment", "HorizontalPodAutoscaler"}
+    assert {d["kind"] for d in docs} == {"Namespace", "Service", "Deployment", "HorizontalPodAutoscaler",
+                                         "NetworkPolicy"}
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)  # raises ValidationError naming the field
 
@@ -64,8 +66,15 @@ def test_deployments_name_images_modules_flags_ports_and_probes_that_exist():
         assert not unknown, f"{dep['metadata']['name']}: no such flag for {module}: {unknown}"
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["grpc"] == int(env["PDSERVE_PORT"]) and ports["metrics"] == int(env["PDSERVE_METRICS_PORT"])
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"]["port"] == ports["grpc"], probe
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # the health check as the pod's identity
+            assert container[probe]["exec"]["command"] == ["python", "-m", "pdserve.common.healthcheck"], probe
+        # its own identity (and the KV key), mounted where PDSERVE_IDENTITY points
+        name = dep["metadata"]["name"]
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["identity"] == env["PDSERVE_IDENTITY"]
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "identity"]
+        assert {s["secret"]["name"] for s in volume["projected"]["sources"]} == {f"pdserve-{name}-identity",
+                                                                                 "pdserve-kv-key"}
         assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
         assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
         assert pod["spec"]["securityContext"]["runAsUser"] == 10001  # the image's non-root user
@@ -92,3 +101,36 @@ def test_autoscalers_scale_deployments_on_metrics_the_workers_export():
         for metric in hpa["spec"]["metrics"]:
             if metric["type"] == "Pods":
                 assert metric["pods"]["metric"]["name"] in exported
+
+
+def test_network_policy_denies_by_default_and_allows_each_call_the_stack_makes():
+    policies = {d["metadata"]["name"]: d["spec"] for d in resources() if d["kind"] == "NetworkPolicy"}
+    deny = policies.pop("default-deny")
+    assert deny["podSelector"] == {} and set(deny["policyTypes"]) == {"Ingress", "Egress"} and "ingress" not in deny
+
+    def allowed_in(role: str) -> set[tuple[str, int]]:
+        spec = policies[role]
+        return {(peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"], port["port"])
+                for rule in spec.get("ingress", []) for peer in rule.get("from", []) for port in rule["ports"]}
+    assert allowed_in("prefill") == {("router", 50061)} and allowed_in("decode") == {("router", 50071)}
+    assert allowed_in("kvstore") == {(r, 50051) for r in ("prefill", "decode", "router")}
+    assert policies["router"]["ingress"] == [{"ports": [{"port": 50050, "protocol": "TCP"}]}]  # public, no peers
+
+
+def test_the_identities_command_makes_the_secrets_the_deployments_mount(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pdserve.cli.main", "identities", "--out", str(tmp_path / "ids"),
+                          "--roles", "kvstore,prefill,decode,router,prometheus", "--token-file-for", str(os.getgid()),
+                          "--k8s"], capture_output=True, text=True, timeout=120, check=True)
+    secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(out.stdout) if d}
+    for doc in secrets.values():
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    mounted = {s["secret"]["name"] for d in resources() if d["kind"] == "Deployment"
+               for v in d["spec"]["template"]["spec"]["volumes"] for s in v.get("projected", {}).get("sources", [])}
+    mounted |= {v["secret"]["secretName"] for d in resources() if d["kind"] == "Deployment"
+                for v in d["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    assert mounted <= set(secrets)
+    assert set(secrets["pdserve-router-identity"]["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert "kv-mac.key" in secrets["pdserve-kv-key"]["data"] and "tokens" in secrets["pdserve-tokens"]["data"]

@@ -9,7 +9,6 @@ from pdserve.client.client import AsyncPdserveClient
 from pdserve.engine.kv_cache import block_nbytes
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.runtime import Runtime
-from pdserve.kvstore.client import KVStoreClient
 from tests.helpers import reference, start_stack
 
 PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
@@ -33,7 +32,7 @@ def test_a_float16_stack_answers_as_the_in_process_engine_and_stores_half_the_by
             async def one(prompt):
                 return [t async for c in client.generate(token_ids=prompt, **vars(PARAMS)) for t in c.token_ids]
             got = [await one(p) for p in prompts]
-        kv = KVStoreClient([p.target for p in half_stack.kvstores])
+        kv = half_stack.kv_client("admin")
         try:
             [stats] = await kv.stats()
         finally:

@@ -8,19 +8,19 @@ import pytest
 
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.engine.params import SamplingParams
-from pdserve.kvstore.client import BlockData, KVStoreClient
-from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import reference, scrape, wait_until
+from pdserve.kvstore.client import BlockData
+from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
+from tests.helpers import prefill_directly, reference, router_lease, wait_until
 
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
 def _waiting_gets(stack) -> float:
-    return scrape(stack.kvstores[0].metrics_port).get(("pdserve_kvstore_waiting_gets", ()), 0.0)
+    return stack.scrape(stack.kvstores[0]).get(("pdserve_kvstore_waiting_gets", ()), 0.0)
 
 
 def _kv_puts(stack) -> float:
-    return scrape(stack.kvstores[0].metrics_port).get(
+    return stack.scrape(stack.kvstores[0]).get(
         ("pdserve_kvstore_operation_seconds_count", (("op", "put"),)), 0.0)
 
 
@@ -42,11 +42,9 @@ def test_chunked_prefill_stores_blocks_early_and_gives_the_same_tokens(chunked_s
     assert _kv_puts(chunked_stack) - puts_before >= 2 * len(prompts)
 
 
-def _prefill(stack, prompt: list[int]) -> prefill_pb2.PrefillReply:
+def _prefill(stack, prompt: list[int]):
     sampling = common_pb2.SamplingParams(max_tokens=PARAMS.max_tokens, temperature=0.0, ignore_eos=True)
-    with grpc.insecure_channel(stack.prefills[0].target) as ch:
-        return prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
-            request_id="early", token_ids=prompt, sampling=sampling))
+    return prefill_directly(stack, prompt, sampling, "early")
 
 
 def _early_request(prompt, reply, keys: list[str], lease: str) -> decode_pb2.DecodeRequest:
@@ -64,7 +62,7 @@ def _early_request(prompt, reply, keys: list[str], lease: str) -> decode_pb2.Dec
 
 async def _decode_early(stack, prompt, reply, keys: list[str], lease: str, feed) -> list[int]:
     """Start a Decode whose blocks are not stored yet (``keys`` under ``lease``), then run ``feed()``."""
-    async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
+    async with stack.aio_channel(stack.decodes[0], "router") as ch:
         call = decode_pb2_grpc.DecodeStub(ch).Decode(_early_request(prompt, reply, keys, lease))
         await feed()
         chunks = await asyncio.wait_for(_collect(call), 60)  # far below wait_s: it must not sit out the wait
@@ -80,18 +78,19 @@ def test_decode_started_before_the_blocks_waits_for_them(chunked_stack, tiny_run
     want = reference(tiny_runtime, [prompt], [PARAMS])[0].output_ids
     reply = _prefill(chunked_stack, prompt)
     late = [f"late-{i}" for i in range(len(reply.kv.block_keys))]
+    late_lease = router_lease(chunked_stack, 60)
 
     async def scenario():
-        kv = KVStoreClient([chunked_stack.kvstores[0].target])
+        kv = chunked_stack.kv_client("prefill")
         try:
-            blocks = await kv.get(list(reply.kv.block_keys))
+            blocks = await kv.get(list(reply.kv.block_keys), lease_id=reply.kv.lease_id)
 
             async def feed():  # the blocks arrive one by one once decode is waiting for them
                 await asyncio.to_thread(wait_until, lambda: _waiting_gets(chunked_stack) == 1, 30, "decode waiting")
                 for key, block in zip(late, blocks):
                     await asyncio.sleep(0.1)
-                    await kv.put([BlockData(key, block.token_count, block.data)], "late-lease", 60)
-            return await _decode_early(chunked_stack, prompt, reply, late, "late-lease", feed)
+                    await kv.put([BlockData(key, block.token_count, block.data)], late_lease, 60)
+            return await _decode_early(chunked_stack, prompt, reply, late, late_lease, feed)
         finally:
             await kv.close()
 
@@ -106,34 +105,38 @@ def test_a_prefill_that_gives_up_midway_does_not_leave_decode_waiting(chunked_st
     reply = _prefill(chunked_stack, prompt)
     gone = [f"gone-{i}" for i in range(len(reply.kv.block_keys))]
     failures = ("pdserve_decode_kv_load_failures_total", (("policy", "recompute"),))
-    before = scrape(chunked_stack.decodes[0].metrics_port).get(failures, 0.0)
+    before = chunked_stack.scrape(chunked_stack.decodes[0]).get(failures, 0.0)
+
+    gone_lease = router_lease(chunked_stack, 60)
 
     async def scenario():
-        kv = KVStoreClient([chunked_stack.kvstores[0].target])
+        kv = chunked_stack.kv_client("prefill")
         try:
-            [first] = await kv.get(list(reply.kv.block_keys[:1]))
+            [first] = await kv.get(list(reply.kv.block_keys[:1]), lease_id=reply.kv.lease_id)
 
             async def feed():
-                await kv.put([BlockData(gone[0], first.token_count, first.data)], "gone-lease", 60)
+                await kv.put([BlockData(gone[0], first.token_count, first.data)], gone_lease, 60)
                 await asyncio.to_thread(wait_until, lambda: _waiting_gets(chunked_stack) == 1, 30, "decode waiting")
-                await kv.release("gone-lease")
-            return await _decode_early(chunked_stack, prompt, reply, gone, "gone-lease", feed)
+                await kv.release(gone_lease)
+            return await _decode_early(chunked_stack, prompt, reply, gone, gone_lease, feed)
         finally:
             await kv.close()
 
     assert asyncio.run(scenario()) == want
-    assert scrape(chunked_stack.decodes[0].metrics_port).get(failures, 0.0) == before + 1
+    assert chunked_stack.scrape(chunked_stack.decodes[0]).get(failures, 0.0) == before + 1
 
 
 def test_a_waiting_get_ends_at_its_deadline(chunked_stack):
+    lease = router_lease(chunked_stack, 60)
+
     async def scenario():
-        kv = KVStoreClient([chunked_stack.kvstores[0].target])
+        kv = chunked_stack.kv_client("decode")
         try:
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.get(["never-stored"], wait_s=0.3)
+                await kv.get(["never-stored"], wait_s=0.3, lease_id=lease)
             assert err.value.code() == grpc.StatusCode.NOT_FOUND and "wait_s" in err.value.details()
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.get(["x"], wait_s=-1)
+                await kv.get(["x"], wait_s=-1, lease_id=lease)
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "wait_s" in err.value.details()
         finally:
             await kv.close()
@@ -146,16 +149,16 @@ def test_a_decode_cancelled_while_its_blocks_arrive_is_counted_as_an_abort(chunk
     prompt = list(range(11, 81))
     reply = _prefill(chunked_stack, prompt)
     never = [f"never-{i}" for i in range(len(reply.kv.block_keys))]
-    port = chunked_stack.decodes[0].metrics_port
+    decode = chunked_stack.decodes[0]
     aborts = ("pdserve_decode_requests_total", (("finished_reason", "abort"),))
-    before = scrape(port).get(aborts, 0.0)
+    before = chunked_stack.scrape(decode).get(aborts, 0.0)
 
     async def scenario():
-        async with grpc.aio.insecure_channel(chunked_stack.decodes[0].target) as ch:
+        async with chunked_stack.aio_channel(decode, "router") as ch:
             call = decode_pb2_grpc.DecodeStub(ch).Decode(_early_request(prompt, reply, never, "never-lease"))
             await asyncio.to_thread(wait_until, lambda: _waiting_gets(chunked_stack) == 1, 30, "decode waiting")
             call.cancel()
 
     asyncio.run(scenario())
     wait_until(lambda: _waiting_gets(chunked_stack) == 0, 30, "the fetch stopped")
-    wait_until(lambda: scrape(port).get(aborts, 0.0) == before + 1, 30, "the abort counted")
+    wait_until(lambda: chunked_stack.scrape(decode).get(aborts, 0.0) == before + 1, 30, "the abort counted")

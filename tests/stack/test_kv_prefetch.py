@@ -8,8 +8,8 @@ import pytest
 
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.engine.params import SamplingParams
-from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import kv_leases, reference, scaled, scrape, wait_until
+from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
+from tests.helpers import kv_leases, prefill_directly, reference, scaled, wait_until
 
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 SAMPLING = common_pb2.SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
@@ -21,7 +21,7 @@ def stack(chunked_stack):
 
 
 def _prefetches(stack, outcome: str) -> float:
-    return scrape(stack.decodes[0].metrics_port).get(("pdserve_decode_kv_prefetch_total", (("outcome", outcome),)), 0.0)
+    return stack.scrape(stack.decodes[0]).get(("pdserve_decode_kv_prefetch_total", (("outcome", outcome),)), 0.0)
 
 
 def test_the_router_prefetches_and_decode_takes_the_copy(stack, tiny_runtime):
@@ -45,9 +45,7 @@ def test_the_router_prefetches_and_decode_takes_the_copy(stack, tiny_runtime):
 
 def _handle(stack, prompt: list[int]) -> common_pb2.KVHandle:
     """A real handle: prefill the prompt directly (its blocks stay leased in the kvstore)."""
-    with grpc.insecure_channel(stack.prefills[0].target) as ch:
-        reply = prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
-            request_id=f"direct-{len(prompt)}", token_ids=prompt, sampling=SAMPLING))
+    reply = prefill_directly(stack, prompt, SAMPLING, f"direct-{len(prompt)}")
     handle = common_pb2.KVHandle()
     handle.CopyFrom(reply.kv)
     return handle, reply.first.token_ids[0]
@@ -60,7 +58,7 @@ def test_a_prefetched_copy_serves_the_decode_call(stack, tiny_runtime):
     adopted = _prefetches(stack, "adopted")
 
     async def scenario():
-        async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
+        async with stack.aio_channel(stack.decodes[0], "router") as ch:
             stub = decode_pb2_grpc.DecodeStub(ch)
             done = await stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-1", kv=handle))
             assert done.token_count == len(prompt)
@@ -86,10 +84,10 @@ def test_a_decode_call_does_not_wait_for_blocks_its_prefetch_still_waits_for(sta
     partial = _prefetches(stack, "partial")
 
     async def scenario():
-        async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
+        async with stack.aio_channel(stack.decodes[0], "router") as ch:
             stub = decode_pb2_grpc.DecodeStub(ch)
             prefetch = stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-lost", kv=prefetched))
-            await asyncio.to_thread(wait_until, lambda: scrape(stack.kvstores[0].metrics_port).get(
+            await asyncio.to_thread(wait_until, lambda: stack.scrape(stack.kvstores[0]).get(
                 ("pdserve_kvstore_waiting_gets", ()), 0.0) >= 1, 30, "the prefetch waiting for the lost block")
             call = stub.Decode(decode_pb2.DecodeRequest(request_id="pf-lost", prompt_ids=prompt, kv=handle,
                                                         first_token=first, sampling=SAMPLING))
@@ -111,7 +109,7 @@ def test_prefetches_that_nobody_takes_are_dropped_and_bad_ones_refused(stack):
     dropped, failed = _prefetches(stack, "dropped"), _prefetches(stack, "failed")
 
     async def scenario():
-        async with grpc.aio.insecure_channel(stack.decodes[0].target) as ch:
+        async with stack.aio_channel(stack.decodes[0], "router") as ch:
             stub = decode_pb2_grpc.DecodeStub(ch)
             bad = common_pb2.KVHandle()
             bad.CopyFrom(handle)
@@ -143,7 +141,7 @@ def test_prefetches_that_nobody_takes_are_dropped_and_bad_ones_refused(stack):
             waiting.CopyFrom(never)
             waiting.wait_s = 60
             call = stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-cancel", kv=waiting))
-            await asyncio.to_thread(wait_until, lambda: scrape(stack.kvstores[0].metrics_port).get(
+            await asyncio.to_thread(wait_until, lambda: stack.scrape(stack.kvstores[0]).get(
                 ("pdserve_kvstore_waiting_gets", ()), 0.0) >= 1, 30, "the prefetch waiting")
             call.cancel()
 
@@ -157,7 +155,7 @@ def test_a_prefetch_with_a_lease_ttl_out_of_range_is_refused(stack, ttl):
     """The TTL says how long the worker keeps the copy for a Decode call: NaN or 1e9 would hold a slot for good."""
     handle, _ = _handle(stack, list(range(9, 40)))
     handle.lease_ttl_s = ttl
-    with grpc.insecure_channel(stack.decodes[0].target) as ch:
+    with stack.channel(stack.decodes[0], "router") as ch:
         with pytest.raises(grpc.RpcError) as err:
             decode_pb2_grpc.DecodeStub(ch).Prefetch(decode_pb2.PrefetchRequest(request_id="pf-ttl", kv=handle),
                                                      timeout=scaled(30))
@@ -178,10 +176,10 @@ def test_prefetch_slots_are_bounded_and_expire(tiny_model_path):
         dropped = _prefetches(small, "dropped")
 
         async def scenario():
-            async with grpc.aio.insecure_channel(small.decodes[0].target) as ch:
+            async with small.aio_channel(small.decodes[0], "router") as ch:
                 stub = decode_pb2_grpc.DecodeStub(ch)
                 held = [stub.Prefetch(decode_pb2.PrefetchRequest(request_id=f"pf-slot-{i}", kv=handle)) for i in range(2)]
-                await asyncio.to_thread(wait_until, lambda: scrape(small.kvstores[0].metrics_port)
+                await asyncio.to_thread(wait_until, lambda: small.scrape(small.kvstores[0])
                                         .get(("pdserve_kvstore_waiting_gets", ()), 0.0) >= 2, 30, "both slots taken")
                 with pytest.raises(grpc.aio.AioRpcError) as err:
                     await stub.Prefetch(decode_pb2.PrefetchRequest(request_id="pf-slot-3", kv=handle))

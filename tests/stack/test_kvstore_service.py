@@ -5,8 +5,7 @@ import asyncio
 import grpc
 import pytest
 
-from pdserve.common.server import channel
-from pdserve.kvstore.client import BlockData, KVIntegrityError, KVStoreClient
+from pdserve.kvstore.client import BlockData, KVIntegrityError
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 CAPACITY_MB = 0.01  # 10,485 bytes a shard: about ten 300-byte blocks with their overhead
@@ -27,52 +26,85 @@ def run(coro):
     return asyncio.run(coro)
 
 
+class Roles:
+    """One client per role on a stack's kvstores: leases are made (and given up) by the router, blocks put by prefill,
+    read under a lease, Stats and Corrupt by the test identity."""
+
+    def __init__(self, stack, targets: list[str]) -> None:
+        self.router, self.prefill, self.test = (stack.kv_client(role, targets=targets)
+                                                for role in ("router", "prefill", "test"))
+
+    async def lease(self, name: str) -> str:
+        await self.router.create_lease(name, 60)
+        return name
+
+    async def close(self) -> None:
+        await asyncio.gather(self.router.close(), self.prefill.close(), self.test.close())
+
+
 def block(i: int, fill: bytes = b"") -> BlockData:
     return BlockData(f"blk{i:03d}", 16, (fill or bytes([i % 256])) * 300)
 
 
-async def _used(kv: KVStoreClient) -> int:
-    return (await kv.stats())[0].bytes_used
+async def _used(kv: Roles) -> int:
+    return (await kv.test.stats())[0].bytes_used
+
+
+async def _put_released(kv: Roles, blocks: list[BlockData], name: str) -> int:
+    """Store blocks under a lease of their own and give it up at once (they may be evicted from then on)."""
+    stored = await kv.prefill.put(blocks, await kv.lease(name), 60)
+    await kv.router.release(name)
+    return stored
 
 
 def test_service_eviction_leases_and_corruption(small_kvstores):
     target = small_kvstores.kvstores[0].target
 
     async def scenario():
-        kv = KVStoreClient([target])
+        kv = Roles(small_kvstores, [target])
         try:
-            await kv.put([block(0)])
-            charge = await _used(kv)  # what one 300-byte block costs the budget, overhead and all
+            before = await _used(kv)
+            await _put_released(kv, [block(0)], "lease-0")
+            charge = await _used(kv) - before  # what one 300-byte block costs the budget, overhead and all
             assert charge > 300
-            assert await kv.put([block(1)], lease_id="lease-1", lease_ttl_s=60) == 1
-            assert await kv.put([block(1)], lease_id="lease-1", lease_ttl_s=60) == 0  # idempotent
-            [stats] = await kv.stats()
-            room = (stats.capacity_bytes - stats.bytes_used) // charge
-            await kv.put([block(i) for i in range(2, 2 + room)])  # fills the budget: nothing evicted yet
-            assert (await kv.stats())[0].evictions == 0
-            await kv.put([block(99)])  # evicts blk000 (LRU, unleased), never blk001 (leased, older)
-            assert await kv.lookup(["blk000"]) == 0 and await kv.lookup(["blk001"]) == 1
-            [stats] = await kv.stats()
+            lease_1 = await kv.lease("lease-1")
+            assert await kv.prefill.put([block(1)], lease_id=lease_1, lease_ttl_s=60) == 1
+            assert await kv.prefill.put([block(1)], lease_id=lease_1, lease_ttl_s=60) == 0  # idempotent
+            i = 2
+            while (await kv.test.stats())[0].evictions == 0:  # fill the budget until the first eviction
+                await _put_released(kv, [block(i)], f"fill-{i}")
+                i += 1
+            # the least recently used unleased block went (blk000), never the leased one (blk001, older still)
+            assert await kv.prefill.lookup(["blk000"]) == 0 and await kv.prefill.lookup(["blk001"]) == 1
+            assert await kv.prefill.lookup([block(i - 1).key]) == 1
+            [stats] = await kv.test.stats()
             assert stats.evictions == 1 and stats.leased_blocks == 1 and stats.bytes_used <= stats.capacity_bytes
             # a corrupted block is detected and never served
-            await kv.corrupt("blk002")
+            await kv.test.corrupt("blk002")
+            reader = await kv.lease("lease-c")
+            assert await kv.prefill.acquire(["blk002"], reader, 60) == 1
             with pytest.raises(KVIntegrityError):
-                await kv.get(["blk002"])
-            [stats] = await kv.stats()
+                await kv.prefill.get(["blk002"], lease_id=reader)
+            await kv.router.release(reader)
+            [stats] = await kv.test.stats()
             assert stats.checksum_failures == 1
-            assert await kv.lookup(["blk002"]) == 0
+            assert await kv.prefill.lookup(["blk002"]) == 0
             # everything leased and full: a clear RESOURCE_EXHAUSTED
+            lease_2 = await kv.lease("lease-2")
             leased = 0
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 for i in range(100, 130):
-                    await kv.put([block(i, b"L")], "lease-2", 60)
+                    await kv.prefill.put([block(i, b"L")], lease_2, 60)
                     leased += 1
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "kvstore full" in err.value.details()
-            assert leased > 0 and (await kv.stats())[0].leased_blocks == 1 + leased
-            assert await kv.release("lease-1") == 1
-            assert await kv.release("lease-2") == leased
-            got = await kv.get(["blk100", "blk001"])
+            assert leased > 0 and (await kv.test.stats())[0].leased_blocks == 1 + leased
+            assert await kv.router.release(lease_1) == 1
+            assert await kv.router.release(lease_2) == leased
+            reader = await kv.lease("lease-d")
+            assert await kv.prefill.acquire(["blk100", "blk001"], reader, 60) == 2
+            got = await kv.prefill.get(["blk100", "blk001"], lease_id=reader)
             assert [b.data[:1] for b in got] == [b"L", b"\x01"]
+            await kv.router.release(reader)
         finally:
             await kv.close()
 
@@ -85,23 +117,23 @@ def test_a_put_past_the_budget_stores_nothing_of_itself(small_kvstores):
     target = small_kvstores.kvstores[0].target
 
     async def scenario():
-        kv = KVStoreClient([target])
+        kv = Roles(small_kvstores, [target])
         try:
             held = []
             with pytest.raises(grpc.aio.AioRpcError):
                 for i in range(200, 240):
-                    await kv.put([block(i)], f"hold-{i}", 60)
+                    await kv.prefill.put([block(i)], await kv.lease(f"hold-{i}"), 60)
                     held.append(i)
-            assert await kv.release(f"hold-{held[-1]}") == 1  # room for about one block again
-            blocks_before = (await kv.stats())[0].blocks
+            assert await kv.router.release(f"hold-{held[-1]}") == 1  # room for about one block again
+            blocks_before = (await kv.test.stats())[0].blocks
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.put([block(300), BlockData("big", 16, bytes(5000))], "two", 60)
+                await kv.prefill.put([block(300), BlockData("big", 16, bytes(5000))], await kv.lease("two"), 60)
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert await kv.lookup(["blk300"]) == 0  # the first block did fit, and was dropped with the Put
-            [stats] = await kv.stats()
+            assert await kv.prefill.lookup(["blk300"]) == 0  # the first block did fit, and was dropped with the Put
+            [stats] = await kv.test.stats()
             assert stats.blocks <= blocks_before and stats.bytes_used <= stats.capacity_bytes
-            for i in held[:-1]:
-                await kv.release(f"hold-{i}")
+            for name in [f"hold-{i}" for i in held[:-1]] + ["two", f"hold-{held[-1] + 1}"]:
+                await kv.router.release(name)
         finally:
             await kv.close()
 
@@ -114,28 +146,31 @@ def test_bytes_of_puts_still_arriving_are_charged(small_kvstores):
     target = small_kvstores.kvstores[1].target
 
     async def scenario():
-        kv = KVStoreClient([target])
-        ch = channel(target)
+        kv = Roles(small_kvstores, [target])
+        ch = small_kvstores.aio_channel(target, "prefill")
         first: asyncio.Queue = asyncio.Queue()
 
         async def requests():
             while (message := await first.get()) is not None:
                 yield message
         try:
+            slow, other = await kv.lease("slow"), await kv.lease("other")
             before = await _used(kv)
             put = kvstore_pb2_grpc.KVStoreStub(ch).Put(requests())
-            await first.put(kvstore_pb2.PutChunk(header=kvstore_pb2.BlockHeader(key="slow", token_count=1,
-                                                                                  nbytes=9000, crc32=0)))
+            await first.put(kvstore_pb2.PutChunk(lease_id=slow, lease_ttl_s=60, header=kvstore_pb2.BlockHeader(
+                key="slow", token_count=1, nbytes=9000, crc32=0)))
             await first.put(kvstore_pb2.PutChunk(data=bytes(6000)))
             await wait_for_async(lambda: _used(kv), lambda used: used >= before + 6000)
-            second = [kvstore_pb2.PutChunk(header=kvstore_pb2.BlockHeader(key="other", token_count=1, nbytes=6000,
-                                                                            crc32=0)),
+            second = [kvstore_pb2.PutChunk(lease_id=other, lease_ttl_s=60, header=kvstore_pb2.BlockHeader(
+                          key="other", token_count=1, nbytes=6000, crc32=0)),
                       kvstore_pb2.PutChunk(data=bytes(6000))]
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await kvstore_pb2_grpc.KVStoreStub(ch).Put(iter(second))
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "block other" in err.value.details()
             put.cancel()
             await wait_for_async(lambda: _used(kv), lambda used: used == before)
+            await kv.router.release(slow)
+            await kv.router.release(other)
         finally:
             await ch.close()
             await kv.close()
@@ -156,17 +191,17 @@ def test_service_sharded_put_get_lookup(small_kvstores):
     targets = [p.target for p in small_kvstores.kvstores]
 
     async def scenario():
-        kv = KVStoreClient(targets)
+        kv = Roles(small_kvstores, targets)
         try:
             blocks = [BlockData(f"shard-test-{i}", 1, bytes([i]) * 50, ("", "float16", "bfloat16")[i % 3])
                       for i in range(8)]
-            await kv.put(blocks, "sh", 60)
-            assert {kv.shard_of(b.key) for b in blocks} == {0, 1}
-            assert await kv.lookup([b.key for b in blocks] + ["missing"]) == 8
-            got = await kv.get([b.key for b in reversed(blocks)])
+            await kv.prefill.put(blocks, await kv.lease("sh"), 60)
+            assert {kv.prefill.shard_of(b.key) for b in blocks} == {0, 1}
+            assert await kv.prefill.lookup([b.key for b in blocks] + ["missing"]) == 8
+            got = await kv.prefill.get([b.key for b in reversed(blocks)], lease_id="sh")
             assert [g.data for g in got] == [b.data for b in reversed(blocks)]
             assert [g.kv_dtype for g in got] == [b.kv_dtype for b in reversed(blocks)]  # kept, sent back
-            assert await kv.release("sh") == 8
+            assert await kv.router.release("sh") == 8
         finally:
             await kv.close()
 
@@ -177,34 +212,38 @@ def test_service_rejects_bad_input(small_kvstores):
     target = small_kvstores.kvstores[0].target
 
     async def scenario():
-        kv = KVStoreClient([target])
+        kv = Roles(small_kvstores, [target])
         try:
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.lookup([""])
+                await kv.prefill.lookup([""])
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "keys" in err.value.details()
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.acquire(["x"], "", 10)
+                await kv.prefill.acquire(["x"], "", 10)
             assert "lease_id" in err.value.details()
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.renew("x", 99999)
+                await kv.prefill.renew("x", 99999)
             assert "lease_ttl_s" in err.value.details()
+            lease = await kv.lease("dtype")
             for dtype in ("x" * 17, "float 16"):  # a bounded name of letters and digits, stored with the block
                 with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await kv.put([BlockData("dtype", 1, b"1", dtype)])
+                    await kv.prefill.put([BlockData("dtype", 1, b"1", dtype)], lease, 60)
                 assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert err.value.details().startswith("header.kv_dtype")
-            assert await kv.lookup(["nothing"]) == 0  # still serving
+            await kv.router.release(lease)
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # reads go through a lease
+                await kv.prefill.get(["x"])
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "lease_id" in err.value.details()
+            assert await kv.prefill.lookup(["nothing"]) == 0  # still serving
         finally:
             await kv.close()
 
     run(scenario())
 
 
-async def _corrupt_status(target: str) -> grpc.StatusCode:
-    from pdserve.common.server import channel
+async def _corrupt_status(stack, target: str, role: str) -> grpc.StatusCode:
     from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 
-    async with channel(target) as ch:
+    async with stack.aio_channel(target, role) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await kvstore_faults_pb2_grpc.KVStoreFaultsStub(ch).Corrupt(kvstore_faults_pb2.CorruptRequest(key="nope"))
     return err.value.code()
@@ -214,9 +253,11 @@ def test_fault_injection_is_served_only_with_the_flag(small_kvstores):
     """A kvstore started without --enable-fault-injection does not even have the test-only service."""
     from pdserve.launcher.stack import Stack, StackSpec
 
-    assert run(_corrupt_status(small_kvstores.kvstores[0].target)) == grpc.StatusCode.NOT_FOUND
-    plain = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1)).start(60)
+    faulty = small_kvstores.kvstores[0].target
+    assert run(_corrupt_status(small_kvstores, faulty, "test")) == grpc.StatusCode.NOT_FOUND
+    assert run(_corrupt_status(small_kvstores, faulty, "admin")) == grpc.StatusCode.PERMISSION_DENIED  # test only
+    plain = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1)).start(60)  # (it makes no test identity)
     try:
-        assert run(_corrupt_status(plain.kvstores[0].target)) == grpc.StatusCode.UNIMPLEMENTED
+        assert run(_corrupt_status(plain, plain.kvstores[0].target, "admin")) == grpc.StatusCode.UNIMPLEMENTED
     finally:
         plain.stop()

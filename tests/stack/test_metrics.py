@@ -13,7 +13,7 @@ from pdserve.client.client import PdserveClient
 from pdserve.common.metrics import MODELED_REQUEST_BUCKETS, MODELED_STEP_BUCKETS, RPC_BUCKETS
 from pdserve.launcher.prometheus_config import scrape_config
 from pdserve.launcher.stack import Stack, StackSpec, metrics_port_for
-from tests.helpers import require_tool, scrape, start_stack
+from tests.helpers import require_tool, start_stack
 
 
 def bucket_of(buckets, value: float) -> int:
@@ -35,7 +35,7 @@ def test_fixed_metrics_ports_are_base_plus_offset():
     ports = {p.name: p.metrics_port for p in stack.processes}
     assert ports == {"kvstore-0": 31010, "prefill-0": 31020, "prefill-1": 31021, "decode-0": 31050,
                      "decode-1": 31051, "router": 31000}
-    assert "metrics http://127.0.0.1:31021/metrics" in stack.describe()
+    assert "metrics https://127.0.0.1:31021/metrics" in stack.describe()  # HTTPS: the stack has identities
     with pytest.raises(ValueError, match="metrics_base_port"):
         metrics_port_for(31000, "kvstore", 10)
     with pytest.raises(ValueError, match="outside 1..65535"):
@@ -69,26 +69,28 @@ def metrics_stack(tiny_model_path):
         stack.stop()
 
 
-def page(port: int) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+def page(stack, p) -> str:
+    context = stack.identities.identity("prometheus").client_ssl_context()
+    return urllib.request.urlopen(f"https://127.0.0.1:{p.metrics_port}/metrics", timeout=5,
+                                  context=context).read().decode()
 
 
 def test_every_metrics_page_passes_promtool(metrics_stack):
     promtool = require_tool("promtool", "prometheus")
     for p in metrics_stack.processes:
-        out = subprocess.run([promtool, "check", "metrics"], input=page(p.metrics_port), capture_output=True,
+        out = subprocess.run([promtool, "check", "metrics"], input=page(metrics_stack, p), capture_output=True,
                              text=True)
         assert out.returncode == 0, f"{p.name}: {out.stdout}{out.stderr}"
 
 
-def samples(port: int, name: str) -> dict[tuple, float]:
-    return {labels: v for (n, labels), v in scrape(port).items() if n == name}
+def samples(stack, p, name: str) -> dict[tuple, float]:
+    return {labels: v for (n, labels), v in stack.scrape(p).items() if n == name}
 
 
 def test_operator_series_exist_with_their_meanings(metrics_stack):
     s = metrics_stack
-    router = s.router.metrics_port
-    info = {p.name: dict(next(iter(samples(p.metrics_port, "pdserve_deployment_info")))) for p in s.processes}
+    router = s.router
+    info = {p.name: dict(next(iter(samples(s, p, "pdserve_deployment_info")))) for p in s.processes}
     assert info["router"]["service"] == "router" and info["router"]["model_fingerprint"]
     assert info["decode-0"]["perf_hardware"] == "H20-141G" and info["decode-0"]["perf_tp"] == "8"
     assert info["decode-0"]["model_fingerprint"] == info["router"]["model_fingerprint"]
@@ -100,20 +102,20 @@ def test_operator_series_exist_with_their_meanings(metrics_stack):
     for name in ("pdserve_time_to_first_token_seconds_count", "pdserve_time_to_first_token_modeled_seconds_count",
                  "pdserve_request_time_per_output_token_seconds_count", "pdserve_request_queue_time_seconds_count",
                  "pdserve_request_prefill_time_modeled_seconds_count", "pdserve_request_decode_time_seconds_count"):
-        assert samples(router, name)[m] == 5, name
-    itl = sum(samples(d.metrics_port, "pdserve_inter_token_latency_modeled_seconds_count")[m] for d in s.decodes)
+        assert samples(s, router, name)[m] == 5, name
+    itl = sum(samples(s, d, "pdserve_inter_token_latency_modeled_seconds_count")[m] for d in s.decodes)
     assert itl == 5 * 6  # 8 tokens each: the first from prefill, the second starts decode, 6 gaps on decode
-    assert samples(router, "pdserve_request_success_total")[(("finished_reason", "length"),) + m] == 5
-    assert samples(router, "pdserve_request_success_total")[(("finished_reason", "error"),) + m] == 0
-    decisions = samples(router, "pdserve_router_routing_decisions_total")
+    assert samples(s, router, "pdserve_request_success_total")[(("finished_reason", "length"),) + m] == 5
+    assert samples(s, router, "pdserve_request_success_total")[(("finished_reason", "error"),) + m] == 0
+    decisions = samples(s, router, "pdserve_router_routing_decisions_total")
     assert sum(v for k, v in decisions.items() if ("phase", "prefill") in k and ("policy", "cache_aware") in k) == 5
     # prefix cache: the repeated prompt hit at least its first full block
-    hits = sum(samples(p.metrics_port, "pdserve_prefill_prefix_cache_hits_total")[()] for p in s.prefills)
-    queries = sum(samples(p.metrics_port, "pdserve_prefill_prefix_cache_queries_total")[()] for p in s.prefills)
+    hits = sum(samples(s, p, "pdserve_prefill_prefix_cache_hits_total")[()] for p in s.prefills)
+    queries = sum(samples(s, p, "pdserve_prefill_prefix_cache_queries_total")[()] for p in s.prefills)
     assert hits >= 16 and queries == sum(range(37, 41)) + 37
-    kv = s.kvstores[0].metrics_port
-    assert samples(kv, "pdserve_kvstore_hits_total")[(("op", "get"),)] > 0
-    assert samples(kv, "pdserve_kvstore_operation_seconds_count")[(("op", "put"),)] == 5
-    assert samples(kv, "pdserve_kvstore_leases")[()] == 0
-    assert samples(kv, "pdserve_kvstore_used_bytes")[()] > 0
-    assert ("pdserve_decode_num_preemptions_total", ()) in scrape(s.decodes[0].metrics_port)
+    kv = s.kvstores[0]
+    assert samples(s, kv, "pdserve_kvstore_hits_total")[(("op", "get"),)] > 0
+    assert samples(s, kv, "pdserve_kvstore_operation_seconds_count")[(("op", "put"),)] == 5
+    assert samples(s, kv, "pdserve_kvstore_leases")[()] == 0
+    assert samples(s, kv, "pdserve_kvstore_used_bytes")[()] > 0
+    assert ("pdserve_decode_num_preemptions_total", ()) in s.scrape(s.decodes[0])

@@ -206,7 +206,7 @@ def test_a_request_id_already_in_flight_is_refused(stack):
         with PdserveClient(stack.router_target) as c, pytest.raises(grpc.RpcError) as err:
             c.complete("x", max_tokens=1, request_id="dup-1")
         assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
-    wait_until(lambda: decode_load(stack.decodes[0].target).running == 0, what="the first one was cancelled")
+    wait_until(lambda: decode_load(stack, stack.decodes[0]).running == 0, what="the first one was cancelled")
     again = httpx.post(stack.http_url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=headers)
     assert again.status_code == 200 and again.json()["id"] == "cmpl-dup-1"
 
@@ -255,14 +255,14 @@ def test_router_honours_x_request_id_metadata(stack):
 
 # --- a client that goes away ----------------------------------------------------------------------------------------
 def _aborted(stack) -> float:
-    return scrape(stack.decodes[0].metrics_port).get(
+    return stack.scrape(stack.decodes[0]).get(
         ("pdserve_decode_requests_total", (("finished_reason", "abort"),)), 0.0)
 
 
 def _assert_request_freed(stack, aborted_before: float) -> None:
     decode = stack.decodes[0].target
-    wait_until(lambda: decode_load(decode).running == 0, what="decode running == 0")
-    load = decode_load(decode)
+    wait_until(lambda: decode_load(stack, decode).running == 0, what="decode running == 0")
+    load = decode_load(stack, decode)
     assert load.kv_blocks_used == 0 and load.waiting == 0
     assert kv_leases(stack) == 0
     assert _aborted(stack) == aborted_before + 1  # cancelled, not run to its 4000 tokens
@@ -294,7 +294,7 @@ def test_disconnect_while_waiting_for_a_whole_answer_cancels_upstream(stack):
     sock = socket.create_connection((host, int(port)))
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    wait_until(lambda: decode_load(stack.decodes[0].target).running == 1, what="the request is decoding")
+    wait_until(lambda: decode_load(stack, stack.decodes[0]).running == 1, what="the request is decoding")
     sock.close()
     _assert_request_freed(stack, before)
     wait_until(lambda: _disconnects(stack) == gone_before + 1, what="the edge saw the disconnect")
@@ -311,10 +311,10 @@ def test_overload_is_429_with_retry_after_and_a_deadline_is_504(tiny_long_model_
             refused = httpx.post(stack.http_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1})
         assert refused.status_code == 429 and refused.headers["retry-after"] == "7"
         assert refused.json()["error"]["type"] == "rate_limit_error"
-        wait_until(lambda: decode_load(stack.decodes[0].target).running == 0, what="the stream was cancelled")
+        wait_until(lambda: decode_load(stack, stack.decodes[0]).running == 0, what="the stream was cancelled")
         late = httpx.post(stack.http_url + "/v1/completions", json=long, timeout=60)  # 4000 tokens take far over 2 s
         assert late.status_code == 504 and late.json()["error"]["code"] == "deadline_exceeded"
-        wait_until(lambda: decode_load(stack.decodes[0].target).running == 0, what="the deadline freed the sequence")
+        wait_until(lambda: decode_load(stack, stack.decodes[0]).running == 0, what="the deadline freed the sequence")
         assert kv_leases(stack) == 0
     finally:
         stack.stop()

@@ -8,7 +8,7 @@ import pytest
 from pdserve.bench.chaos import held, rss_mb, wait_idle
 from pdserve.bench.chaos_load import fault_free, make_workload, storm
 from pdserve.client.client import AsyncPdserveClient
-from tests.helpers import scrape, start_stack
+from tests.helpers import start_stack
 
 MAX_INFLIGHT = 8
 RSS_BOUND_MB = 64  # growth of any process's resident memory across a storm, after a first storm warmed it up
@@ -52,7 +52,7 @@ def test_overload_sheds_with_retry_advice_and_admitted_requests_complete(stack_a
     answers = asyncio.run(flood())
     assert answers == [workload.expected[k % len(workload.prompts)] for k in range(8 * MAX_INFLIGHT)]
     assert advice  # it did shed
-    metrics = scrape(stack.router.metrics_port)
+    metrics = stack.scrape(stack.router)
     shed = sum(metrics.get(("pdserve_request_rejected_total", (("reason", reason),)), 0.0)
                for reason in ("router_full", "workers_full"))
     assert shed == len(advice)
@@ -73,7 +73,7 @@ def test_cancellation_storm_leaves_nothing_held(stack_and_workload):
     assert row.sent == n and row.answers["cancelled"] >= n // 6
     assert row.answers["correct"] + row.answers["cancelled"] == n, row  # nothing lost, duplicated, wrong or shed
     assert wait_idle(stack, 15) == (0, 0, 0)  # kvstore leases, decode blocks + sequences, router in flight
-    leased = scrape(stack.kvstores[0].metrics_port)[("pdserve_kvstore_leased_blocks", ())]
+    leased = stack.scrape(stack.kvstores[0])[("pdserve_kvstore_leased_blocks", ())]
     assert leased == 0
     growth = {p.name: rss_mb(p.popen.pid) - rss_before[p.name] for p in stack.processes}
     assert max(growth.values()) < RSS_BOUND_MB, growth

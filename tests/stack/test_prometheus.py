@@ -100,7 +100,7 @@ def prometheus_on_stack(tiny_model_path, tmp_path_factory):
                              until="prometheus scrape config:")
     prometheus = None
     try:
-        router = re.search(r"^router\s+(\S+)\s+metrics http://127.0.0.1:(\d+)/", "".join(printed), re.M)
+        router = re.search(r"^router\s+(\S+)\s+metrics https://127.0.0.1:(\d+)/", "".join(printed), re.M)
         assert router and int(router.group(2)) == base  # the router's metrics port is the base port
         prometheus = Prometheus(binary, config, work)
         prometheus.wait_ready()

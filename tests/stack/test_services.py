@@ -12,7 +12,7 @@ from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.common.convert import sampling_to_proto
 from pdserve.engine.params import SamplingParams
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import kv_leases, reference, wait_until
+from tests.helpers import kv_leases, prefill_directly, reference, wait_until
 
 
 def mixed_requests(vocab: int, n: int = 32):
@@ -128,13 +128,15 @@ def test_bad_input_is_invalid_argument_and_service_keeps_serving(tiny_stack, kwa
 
 
 def test_workers_validate_their_own_requests(tiny_stack, tiny_runtime):
-    prefill = tiny_stack.prefills[0].target
-    decode = tiny_stack.decodes[0].target
-    with grpc.insecure_channel(prefill) as ch:
+    with tiny_stack.channel(tiny_stack.prefills[0], "router") as ch:
         with pytest.raises(grpc.RpcError) as err:
             prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(request_id="r1"))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "token_ids" in err.value.details()
-    with grpc.insecure_channel(decode) as ch:
+        with pytest.raises(grpc.RpcError) as err:  # no lease: only the router makes them, one per request
+            prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
+                request_id="r1", token_ids=[5, 6, 7], sampling=sampling_to_proto(SamplingParams(max_tokens=4))))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("lease_id:")
+    with tiny_stack.channel(tiny_stack.decodes[0], "router") as ch:
         handle = common_pb2.KVHandle(block_keys=["k"], token_count=5, block_tokens=16)
         request = decode_pb2.DecodeRequest(request_id="r2", prompt_ids=[5, 6, 7], first_token=3, kv=handle,
                                            sampling=sampling_to_proto(SamplingParams(max_tokens=4)))
@@ -143,7 +145,7 @@ def test_workers_validate_their_own_requests(tiny_stack, tiny_runtime):
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kv.token_count" in err.value.details()
         # a first token that already ends the request leaves decode nothing to do (the router finishes those)
         eos = tiny_runtime.tokenizer.eos_id
-        handle = common_pb2.KVHandle(block_keys=["k"], token_count=3, block_tokens=16, lease_ttl_s=30,
+        handle = common_pb2.KVHandle(block_keys=["k"], token_count=3, block_tokens=16, lease_id="L", lease_ttl_s=30,
                                      model_fingerprint=tiny_runtime.config.fingerprint)
         request = decode_pb2.DecodeRequest(request_id="r3", prompt_ids=[5, 6, 7], first_token=eos, kv=handle,
                                            sampling=sampling_to_proto(SamplingParams(max_tokens=4)))
@@ -154,23 +156,19 @@ def test_workers_validate_their_own_requests(tiny_stack, tiny_runtime):
 
 def test_unclaimed_prefill_lease_expires(tiny_stack):
     """A request whose decode never comes (router died, client gone) does not pin its blocks forever."""
-    with grpc.insecure_channel(tiny_stack.prefills[0].target) as ch:
-        reply = prefill_pb2_grpc.PrefillStub(ch).Prefill(prefill_pb2.PrefillRequest(
-            request_id="orphan-1", token_ids=list(range(3, 40)), lease_ttl_s=1.0,
-            sampling=sampling_to_proto(SamplingParams(max_tokens=5))))
+    reply = prefill_directly(tiny_stack, list(range(3, 40)), sampling_to_proto(SamplingParams(max_tokens=5)),
+                             "orphan-1", lease_ttl_s=1.0)
     assert len(reply.kv.block_keys) == 3  # 2 full blocks + the tail
 
     wait_until(lambda: kv_leases(tiny_stack) == 0, what="lease expiry")
 
 
-def test_a_reused_request_id_never_shares_kv_state(tiny_stack):
-    """Two prefills under one request id, same length, other tokens: separate leases and tail blocks, so neither
-    request can release the other's lease or read the other's tail KV."""
-    with grpc.insecure_channel(tiny_stack.prefills[0].target) as ch:
-        stub = prefill_pb2_grpc.PrefillStub(ch)
-        replies = [stub.Prefill(prefill_pb2.PrefillRequest(
-            request_id="same-id", token_ids=list(range(start, start + 37)), lease_ttl_s=1.0,
-            sampling=sampling_to_proto(SamplingParams(max_tokens=5)))) for start in (3, 50)]
+def test_requests_under_one_id_never_share_kv_state(tiny_stack):
+    """Two prefills under one request id, same length, other tokens: each under the lease the router made for it,
+    so neither request can release the other's lease or read the other's tail KV."""
+    replies = [prefill_directly(tiny_stack, list(range(start, start + 37)),
+                                sampling_to_proto(SamplingParams(max_tokens=5)), "same-id", lease_ttl_s=1.0)
+               for start in (3, 50)]
     first, second = (r.kv for r in replies)
     assert first.lease_id != second.lease_id
     assert first.block_keys[-1] != second.block_keys[-1]  # the tails

@@ -11,12 +11,12 @@ from grpc_status import rpc_status
 
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.engine.params import SamplingParams, sample_params
-from tests.helpers import decode_load, kv_leases, reference, scrape, start_stack, wait_until
+from tests.helpers import decode_load, kv_leases, reference, start_stack, wait_until
 
 
 def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
     decode = long_stack.decodes[0]
-    before = scrape(decode.metrics_port)
+    before = long_stack.scrape(decode)
     aborts, lengths = (before.get(("pdserve_decode_requests_total", (("finished_reason", reason),)), 0.0)
                        for reason in ("abort", "length"))
     router_before = router_aborts(long_stack)
@@ -33,11 +33,11 @@ def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
             return seen
 
     assert asyncio.run(cancel_after_three_chunks()) == 3
-    wait_until(lambda: decode_load(decode.target).running == 0, what="decode running == 0")
-    load = decode_load(decode.target)
+    wait_until(lambda: decode_load(long_stack, decode).running == 0, what="decode running == 0")
+    load = decode_load(long_stack, decode)
     assert load.kv_blocks_used == 0 and load.waiting == 0
     assert kv_leases(long_stack) == 0
-    metrics = scrape(decode.metrics_port)
+    metrics = long_stack.scrape(decode)
     assert metrics[("pdserve_decode_requests_total", (("finished_reason", "abort"),))] == aborts + 1
     assert metrics[("pdserve_decode_requests_total", (("finished_reason", "length"),))] == lengths
     # the router counts the request it never finished as an abort, under the served model's name
@@ -45,7 +45,7 @@ def test_cancel_mid_stream_frees_kv_and_leases(long_stack):
 
 
 def router_aborts(stack) -> float:
-    return sum(v for (name, labels), v in scrape(stack.router.metrics_port).items()
+    return sum(v for (name, labels), v in stack.scrape(stack.router).items()
                if name == "pdserve_request_success_total" and ("finished_reason", "abort") in labels
                and dict(labels)["model_name"])
 
@@ -97,8 +97,8 @@ def test_preemption_recomputes_and_output_is_unchanged(tiny_model_path, tiny_run
             assert list(got.token_ids) == want.output_ids
             assert got.finish_reason == "length"
         decode = stack.decodes[0]
-        assert scrape(decode.metrics_port)[("pdserve_decode_num_preemptions_total", ())] >= 1
-        assert decode_load(decode.target).kv_blocks_used == 0
+        assert stack.scrape(decode)[("pdserve_decode_num_preemptions_total", ())] >= 1
+        assert decode_load(stack, decode).kv_blocks_used == 0
         with PdserveClient(stack.router_target) as c:  # 20 + 200 tokens can never fit 12 x 16: refused, not failed
             with pytest.raises(grpc.RpcError) as err:
                 c.complete(token_ids=prompts[0], max_tokens=200)
@@ -113,7 +113,7 @@ NO_LOAD_POLLING = ["--load-poll-interval-s", "0"]  # the router learns of a dead
 
 
 def router_retries(stack, phase: str) -> float:
-    return scrape(stack.router.metrics_port).get(("pdserve_router_retries_total", (("phase", phase),)), 0.0)
+    return stack.scrape(stack.router).get(("pdserve_router_retries_total", (("phase", phase),)), 0.0)
 
 
 def test_prefill_unavailable_is_retried_on_another_worker(tiny_model_path):
@@ -160,9 +160,9 @@ def test_deadline_propagates_and_frees_the_sequence(long_stack):
             list(c.generate(token_ids=list(range(3, 60)), max_tokens=4000, ignore_eos=True, temperature=0,
                             timeout=1.0))
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    decode = long_stack.decodes[0].target
-    wait_until(lambda: decode_load(decode).running == 0 and decode_load(decode).kv_blocks_used == 0,
-               what="decode freed after the deadline")
+    decode = long_stack.decodes[0]
+    wait_until(lambda: decode_load(long_stack, decode).running == 0
+               and decode_load(long_stack, decode).kv_blocks_used == 0, what="decode freed after the deadline")
     wait_until(lambda: kv_leases(long_stack) == 0, what="leases released")
 
 

@@ -14,7 +14,7 @@ import pytest
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.common.scrape import total
 from pdserve.engine.params import SamplingParams, sample_params
-from tests.helpers import reference, scrape, start_stack
+from tests.helpers import reference, start_stack
 
 PROMPT = list(range(3, 40))
 BASE = dict(max_tokens=120, temperature=50.0, ignore_eos=True)  # near-uniform draws: sentence ends come often
@@ -30,7 +30,7 @@ def stack(tiny_judge_model_path):
 
 
 def decode_metrics(stack) -> dict[str, float]:
-    samples = scrape(stack.decodes[0].metrics_port)
+    samples = stack.scrape(stack.decodes[0])
     return {name: total(samples, name) for name in (
         "pdserve_decode_completion_checks_total", "pdserve_decode_completion_check_tokens_total",
         "pdserve_decode_completion_tokens_left_total", "pdserve_decode_num_preemptions_total")} | {

@@ -15,7 +15,7 @@ from pdserve.client.client import PdserveClient
 from pdserve.common.scrape import total
 from pdserve.engine.params import SamplingParams
 from pdserve.launcher.state import AttachedStack
-from tests.helpers import decode_load, pdserve_up, processes_mentioning, reference, scrape, wait_until
+from tests.helpers import decode_load, pdserve_up, processes_mentioning, reference, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = [list(range(3, 30)), list(range(40, 71))]
@@ -52,13 +52,13 @@ def test_decode_worker_killed_under_pdserve_up(tiny_model_path, tiny_runtime, tm
                          until="try:")
     try:
         stack = AttachedStack(state)
-        assert scrape(stack.edge.metrics_port)  # the edge's own metrics port (the KeyError of issue 22)
+        assert stack.scrape(stack.edge)  # the edge's own metrics port (the KeyError of issue 22)
         want = [r.output_ids for r in reference(tiny_runtime, PROMPTS, [GREEDY] * 2)]
         got: list[list[int]] = [[], []]
         errors: list[Exception] = []
         threads = _stream_both(stack.router_target, got, errors)
         wait_until(lambda: len(got[0]) >= 20 and len(got[1]) >= 20, 120, "20 tokens of each stream")
-        victim = next(p for p in stack.decodes if decode_load(p.target).running)
+        victim = next(p for p in stack.decodes if decode_load(stack, p).running)
         os.kill(victim.pid, signal.SIGKILL)
         for t in threads:
             t.join(timeout=300)
@@ -76,7 +76,7 @@ def test_decode_worker_killed_under_pdserve_up(tiny_model_path, tiny_runtime, tm
         assert row[3:] == ["serving", "1", "-9", "SERVING"], status.stdout
         # the router takes the worker back through its health polling: requests reach it again
         def generated() -> float:
-            return total(scrape(back.metrics_port), "pdserve_decode_generation_tokens_total")
+            return total(stack.scrape(back), "pdserve_decode_generation_tokens_total")
 
         before = generated()
         with PdserveClient(stack.router_target) as client:

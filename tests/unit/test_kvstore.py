@@ -9,12 +9,17 @@ import zlib
 import pytest
 
 from pdserve.kvstore.client import rendezvous_shard
+from pdserve.kvstore.mac import BlockMAC
 from pdserve.kvstore.store import (
     LEASE_ENTRY_BYTES,
     LEASE_OVERHEAD_BYTES,
     BlockStore,
     ChecksumMismatch,
+    LeaseExists,
+    LeaseQuota,
+    MacMismatch,
     StoreFull,
+    UnknownLease,
     block_charge,
 )
 from pdserve.kvstore.wire import BlockAssembler, InlineBlock, chunks_of, decoder
@@ -39,6 +44,7 @@ LEASE = LEASE_OVERHEAD_BYTES + LEASE_ENTRY_BYTES  # a lease holding one block
 
 def test_store_evicts_lru_unleased_never_leased():
     store = BlockStore(capacity_bytes=3 * C100 + LEASE)
+    store.create_lease("L", 10)
     for key in "abc":
         store.put(key, 1, bytes(100), crc(bytes(100)), lease_id="L" if key == "a" else "", lease_ttl_s=10)
     store.get("b")  # b is now more recent than c
@@ -51,6 +57,8 @@ def test_store_evicts_lru_unleased_never_leased():
 
 def test_a_full_store_of_leased_blocks_refuses_and_stores_nothing():
     store = BlockStore(capacity_bytes=2 * C100 + 2 * LEASE)
+    store.create_lease("M", 10)
+    store.create_lease("N", 10)
     store.put("x", 1, bytes(100), crc(bytes(100)), lease_id="M", lease_ttl_s=10)
     store.put("y", 1, bytes(100), crc(bytes(100)), lease_id="N", lease_ttl_s=10)
     used = store.bytes_used
@@ -58,6 +66,7 @@ def test_a_full_store_of_leased_blocks_refuses_and_stores_nothing():
         store.put("z", 1, bytes(100), crc(bytes(100)))
     with pytest.raises(StoreFull):  # the block fits once y goes, but its lease's bookkeeping does not: nothing kept
         store.release("N")
+        store.create_lease("Z", 10)
         store.put("z", 1, bytes(100), crc(bytes(100)), lease_id="Z", lease_ttl_s=10)
         store.put("w", 1, bytes(100), crc(bytes(100)), lease_id="Z", lease_ttl_s=10)
     assert "w" not in store.blocks and store.bytes_used <= used
@@ -65,6 +74,7 @@ def test_a_full_store_of_leased_blocks_refuses_and_stores_nothing():
 
 def test_block_count_limit_evicts_then_refuses():
     store = BlockStore(capacity_bytes=1 << 30, max_blocks=3)
+    store.create_lease("L", 10)
     for key in "abc":
         store.put(key, 1, b"x", crc(b"x"), lease_id="L" if key != "c" else "", lease_ttl_s=10)
     store.put("d", 1, b"x", crc(b"x"))
@@ -79,15 +89,21 @@ def test_released_lease_is_never_revived_by_a_late_put_or_acquire():
     must not lease it again (the lease would outlive the request until its TTL). An expired lease is not barred."""
     clock = FakeClock()
     store = BlockStore(capacity_bytes=100_000, clock=clock)
+    store.create_lease("R", 10)
     store.put("a", 1, bytes(10), crc(bytes(10)), lease_id="R", lease_ttl_s=10)
     assert store.release("R") == 1
     store.put("b", 1, bytes(10), crc(bytes(10)), lease_id="R", lease_ttl_s=10)
     assert store.acquire(["a", "b"], "R", 10) == 2
     assert store.leases == {} and store.leased_blocks == 0
+    with pytest.raises(LeaseExists):  # and it is never created again
+        store.create_lease("R", 10)
+    store.create_lease("E", 1)
     store.put("c", 1, bytes(10), crc(bytes(10)), lease_id="E", lease_ttl_s=1)
     clock.now = 5.0
     assert store.expire_leases() == 1
-    assert store.acquire(["c"], "E", 10) == 1 and store.leased_blocks == 1
+    with pytest.raises(UnknownLease):  # expired: gone, as one never created
+        store.acquire(["c"], "E", 10)
+    assert store.leased_blocks == 0
 
 
 def test_store_put_is_idempotent_and_checks_crc():
@@ -102,6 +118,7 @@ def test_store_put_is_idempotent_and_checks_crc():
 def test_leases_expire_and_renew():
     clock = FakeClock()
     store = BlockStore(100_000, clock)
+    store.create_lease("L", 5)
     store.put("k", 1, b"x", crc(b"x"), lease_id="L", lease_ttl_s=5)
     clock.now = 4
     assert store.renew("L", 5) == 1
@@ -129,6 +146,8 @@ def test_puts_still_arriving_are_charged_and_evict_like_blocks():
 
 def test_discard_new_undoes_a_failed_put_but_keeps_what_others_lease():
     store = BlockStore(100_000)
+    store.create_lease("P", 10)
+    store.create_lease("Q", 10)
     store.put("mine", 1, b"x", crc(b"x"), lease_id="P", lease_ttl_s=10)
     store.put("shared", 1, b"y", crc(b"y"), lease_id="P", lease_ttl_s=10)
     store.acquire(["shared"], "Q", 10)
@@ -149,11 +168,15 @@ def test_counters_kept_as_they_change_match_a_recount():
     clock = FakeClock()
     store = BlockStore(capacity_bytes=30 * C100, clock=clock, max_blocks=25)
     rng = random.Random(7)
-    for _ in range(3000):
-        op = rng.randrange(7)
-        key, lease = f"k{rng.randrange(40)}", f"L{rng.randrange(6)}"
+    names: list[str] = []  # leases made so far; the ops pick among the newest six (a released id is never reused)
+    for step in range(3000):
+        op = rng.randrange(8)
+        key, lease = f"k{rng.randrange(40)}", rng.choice(names[-6:] or ["none"])
         try:
-            if op == 0:
+            if op == 7 or not names:
+                names.append(f"L{step}")
+                store.create_lease(names[-1], rng.uniform(1, 5))
+            elif op == 0:
                 data = bytes(rng.randrange(1, 200))
                 store.put(key, 1, data, crc(data), lease_id=rng.choice(["", lease]), lease_ttl_s=rng.uniform(1, 5))
             elif op == 1:
@@ -169,7 +192,7 @@ def test_counters_kept_as_they_change_match_a_recount():
                 store.discard_new([key], lease)
             elif key in store.blocks:
                 store.get(key)
-        except StoreFull:
+        except (StoreFull, UnknownLease):
             pass
         assert (store.bytes_used, store.leased_blocks, len(store.evictable)) == _recount(store)
         assert store.bytes_used <= store.capacity_bytes and len(store.blocks) <= store.max_blocks
@@ -188,8 +211,10 @@ def test_no_operation_walks_the_whole_store():
     store = BlockStore(capacity_bytes=60 * C100)
     store.blocks = NoScan()
     for i in range(100):  # evicting from the 60th on
-        store.put(f"k{i}", 1, bytes(100), crc(bytes(100)), lease_id=f"L{i % 3}", lease_ttl_s=10)
-        store.release(f"L{(i + 1) % 3}")
+        store.create_lease(f"L{i}", 10)
+        store.put(f"k{i}", 1, bytes(100), crc(bytes(100)), lease_id=f"L{i}", lease_ttl_s=10)
+        store.release(f"L{i - 2}")
+    store.create_lease("A", 10)
     store.acquire(["k99", "k98"], "A", 10)
     store.get("k99")
     store.expire_leases()
@@ -221,6 +246,8 @@ def test_the_budget_charges_at_least_the_memory_blocks_and_leases_take(size, n):
     tracemalloc.start()
     try:
         store = BlockStore(1 << 40)
+        for i in range(min(n, 50)):
+            store.create_lease(f"lease-{i}", 60)
         for i, payload in enumerate(payloads):
             data, computed = _wire_block(f"{i:064x}", payload)
             store.put(f"{i:064x}", 16, data, computed, lease_id=f"lease-{i % 50}", lease_ttl_s=60,
@@ -241,3 +268,41 @@ def test_rendezvous_is_stable_and_spreads():
     # adding a shard moves only keys to the new shard
     moved = [(p, rendezvous_shard(k, shards + ["d:4"])) for k, p in zip(keys, placement)]
     assert all(new in (old, 3) for old, new in moved)
+
+
+
+
+def test_leases_are_created_once_within_each_owners_quota_and_blocks_need_one():
+    store = BlockStore(1000, max_leases_per_owner=2)
+    with pytest.raises(UnknownLease):  # never created: no Put, no Acquire under it
+        store.put("k", 1, b"x", crc(b"x"), lease_id="nobody-made-this", lease_ttl_s=5)
+    with pytest.raises(UnknownLease):
+        store.acquire(["k"], "nobody-made-this", 5)
+    assert "k" not in store.blocks
+    store.create_lease("a", 5, owner="router")
+    store.create_lease("b", 5, owner="router")
+    with pytest.raises(LeaseQuota):
+        store.create_lease("c", 5, owner="router")
+    store.create_lease("c", 5, owner="other")  # the quota is per owner
+    store.release("a")
+    store.create_lease("d", 5, owner="router")  # released: room again
+    store.put("k", 1, b"x", crc(b"x"), lease_id="b", lease_ttl_s=5)
+    assert store.held("k", "b") and not store.held("k", "d") and not store.held("absent", "b")
+
+
+def test_blocks_must_carry_the_stacks_mac_on_put_and_keep_it_on_every_get():
+    mac, forger = BlockMAC(b"k" * 32), BlockMAC(b"f" * 32)
+    store = BlockStore(1000, mac=mac)
+    store.create_lease("L", 5)
+    data = b"kv bytes"
+    with pytest.raises(MacMismatch):  # a forged block: right CRC, wrong key
+        store.put("k", 2, data, crc(data), "L", 5, mac=forger.sign("k", 2, data))
+    with pytest.raises(MacMismatch):  # a genuine block replayed under another key
+        store.put("j", 2, data, crc(data), "L", 5, mac=mac.sign("k", 2, data))
+    assert store.mac_failures == 2 and not store.blocks
+    store.put("k", 2, data, crc(data), "L", 5, mac=mac.sign("k", 2, data))
+    assert store.get("k").data == data
+    store.corrupt("k", keep_checksum_valid=True)  # bytes and CRC rewritten: only the MAC tells
+    with pytest.raises(MacMismatch):
+        store.get("k")
+    assert "k" not in store.blocks and store.mac_failures == 3  # dropped and counted, never served

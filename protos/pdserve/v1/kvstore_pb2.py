@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18pdserve/v1/kvstore.proto\x12\npdserve.v1\"\x82\x01\n\x0b\x42lockHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x0e\n\x06nbytes\x18\x03 \x01(\x04\x12\r\n\x05\x63rc32\x18\x04 \x01(\r\x12\x12\n\nshm_offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x10\n\x08kv_dtype\x18\x07 \x01(\t\"\x86\x01\n\x08PutChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x04 \x01(\x01\x12\x10\n\x08shm_name\x18\x05 \x01(\tB\x06\n\x04part\".\n\x08PutReply\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x12\n\nduplicates\x18\x02 \x01(\r\"N\n\nGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x10\n\x08shm_name\x18\x04 \x01(\t\"M\n\x08GetChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x1d\n\rLookupRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\"%\n\x0bLookupReply\x12\x16\n\x0epresent_prefix\x18\x01 \x01(\r\"E\n\x0e\x41\x63quireRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x03 \x01(\x01\"5\n\x0cLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x02 \x01(\x01\"\x1c\n\nLeaseReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\r\"\x0e\n\x0cStatsRequest\"\xb0\x01\n\nStatsReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x04\x12\x12\n\nbytes_used\x18\x02 \x01(\x04\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x15\n\rleased_blocks\x18\x04 \x01(\x04\x12\x0e\n\x06leases\x18\x05 \x01(\x04\x12\x11\n\tevictions\x18\x06 \x01(\x04\x12\x19\n\x11\x63hecksum_failures\x18\x07 \x01(\x04\x12\x11\n\tshm_bytes\x18\x08 \x01(\x04\x32\xa6\x03\n\x07KVStore\x12\x33\n\x03Put\x12\x14.pdserve.v1.PutChunk\x1a\x14.pdserve.v1.PutReply(\x01\x12\x35\n\x03Get\x12\x16.pdserve.v1.GetRequest\x1a\x14.pdserve.v1.GetChunk0\x01\x12<\n\x06Lookup\x12\x19.pdserve.v1.LookupRequest\x1a\x17.pdserve.v1.LookupReply\x12>\n\x07\x41\x63quire\x12\x1a.pdserve.v1.AcquireRequest\x1a\x17.pdserve.v1.LookupReply\x12\x39\n\x05Renew\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12;\n\x07Release\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12\x39\n\x05Stats\x12\x18.pdserve.v1.StatsRequest\x1a\x16.pdserve.v1.StatsReplyB\x85\x01\n\rio.pdserve.v1B\x0cKvstoreProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18pdserve/v1/kvstore.proto\x12\npdserve.v1\"\x8f\x01\n\x0b\x42lockHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x0e\n\x06nbytes\x18\x03 \x01(\x04\x12\r\n\x05\x63rc32\x18\x04 \x01(\r\x12\x12\n\nshm_offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x10\n\x08kv_dtype\x18\x07 \x01(\t\x12\x0b\n\x03mac\x18\x08 \x01(\x0c\"\x86\x01\n\x08PutChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x04 \x01(\x01\x12\x10\n\x08shm_name\x18\x05 \x01(\tB\x06\n\x04part\".\n\x08PutReply\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x12\n\nduplicates\x18\x02 \x01(\r\"N\n\nGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x10\n\x08shm_name\x18\x04 \x01(\t\"M\n\x08GetChunk\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.pdserve.v1.BlockHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x1d\n\rLookupRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\"%\n\x0bLookupReply\x12\x16\n\x0epresent_prefix\x18\x01 \x01(\r\"U\n\x0e\x41\x63quireRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x03 \x01(\x01\x12\x0e\n\x06\x63reate\x18\x04 \x01(\x08\"5\n\x0cLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_ttl_s\x18\x02 \x01(\x01\"\x1c\n\nLeaseReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\r\"\x0e\n\x0cStatsRequest\"\xd9\x01\n\nStatsReply\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x04\x12\x12\n\nbytes_used\x18\x02 \x01(\x04\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x15\n\rleased_blocks\x18\x04 \x01(\x04\x12\x0e\n\x06leases\x18\x05 \x01(\x04\x12\x11\n\tevictions\x18\x06 \x01(\x04\x12\x19\n\x11\x63hecksum_failures\x18\x07 \x01(\x04\x12\x11\n\tshm_bytes\x18\x08 \x01(\x04\x12\x14\n\x0cmac_failures\x18\t \x01(\x04\x12\x11\n\tshm_files\x18\n \x01(\x04\x32\xa6\x03\n\x07KVStore\x12\x33\n\x03Put\x12\x14.pdserve.v1.PutChunk\x1a\x14.pdserve.v1.PutReply(\x01\x12\x35\n\x03Get\x12\x16.pdserve.v1.GetRequest\x1a\x14.pdserve.v1.GetChunk0\x01\x12<\n\x06Lookup\x12\x19.pdserve.v1.LookupRequest\x1a\x17.pdserve.v1.LookupReply\x12>\n\x07\x41\x63quire\x12\x1a.pdserve.v1.AcquireRequest\x1a\x17.pdserve.v1.LookupReply\x12\x39\n\x05Renew\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12;\n\x07Release\x12\x18.pdserve.v1.LeaseRequest\x1a\x16.pdserve.v1.LeaseReply\x12\x39\n\x05Stats\x12\x18.pdserve.v1.StatsRequest\x1a\x16.pdserve.v1.StatsReplyB\x85\x01\n\rio.pdserve.v1B\x0cKvstoreProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,29 +33,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rio.pdserve.v1B\014KvstoreProtoP\001Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\242\002\003PVX\252\002\nPdserve.V1\312\002\nPdserve\\V1\352\002\013Pdserve::V1'
   _globals['_BLOCKHEADER']._serialized_start=41
-  _globals['_BLOCKHEADER']._serialized_end=171
-  _globals['_PUTCHUNK']._serialized_start=174
-  _globals['_PUTCHUNK']._serialized_end=308
-  _globals['_PUTREPLY']._serialized_start=310
-  _globals['_PUTREPLY']._serialized_end=356
-  _globals['_GETREQUEST']._serialized_start=358
-  _globals['_GETREQUEST']._serialized_end=436
-  _globals['_GETCHUNK']._serialized_start=438
-  _globals['_GETCHUNK']._serialized_end=515
-  _globals['_LOOKUPREQUEST']._serialized_start=517
-  _globals['_LOOKUPREQUEST']._serialized_end=546
-  _globals['_LOOKUPREPLY']._serialized_start=548
-  _globals['_LOOKUPREPLY']._serialized_end=585
-  _globals['_ACQUIREREQUEST']._serialized_start=587
-  _globals['_ACQUIREREQUEST']._serialized_end=656
-  _globals['_LEASEREQUEST']._serialized_start=658
-  _globals['_LEASEREQUEST']._serialized_end=711
-  _globals['_LEASEREPLY']._serialized_start=713
-  _globals['_LEASEREPLY']._serialized_end=741
-  _globals['_STATSREQUEST']._serialized_start=743
-  _globals['_STATSREQUEST']._serialized_end=757
-  _globals['_STATSREPLY']._serialized_start=760
-  _globals['_STATSREPLY']._serialized_end=936
-  _globals['_KVSTORE']._serialized_start=939
-  _globals['_KVSTORE']._serialized_end=1361
+  _globals['_BLOCKHEADER']._serialized_end=184
+  _globals['_PUTCHUNK']._serialized_start=187
+  _globals['_PUTCHUNK']._serialized_end=321
+  _globals['_PUTREPLY']._serialized_start=323
+  _globals['_PUTREPLY']._serialized_end=369
+  _globals['_GETREQUEST']._serialized_start=371
+  _globals['_GETREQUEST']._serialized_end=449
+  _globals['_GETCHUNK']._serialized_start=451
+  _globals['_GETCHUNK']._serialized_end=528
+  _globals['_LOOKUPREQUEST']._serialized_start=530
+  _globals['_LOOKUPREQUEST']._serialized_end=559
+  _globals['_LOOKUPREPLY']._serialized_start=561
+  _globals['_LOOKUPREPLY']._serialized_end=598
+  _globals['_ACQUIREREQUEST']._serialized_start=600
+  _globals['_ACQUIREREQUEST']._serialized_end=685
+  _globals['_LEASEREQUEST']._serialized_start=687
+  _globals['_LEASEREQUEST']._serialized_end=740
+  _globals['_LEASEREPLY']._serialized_start=742
+  _globals['_LEASEREPLY']._serialized_end=770
+  _globals['_STATSREQUEST']._serialized_start=772
+  _globals['_STATSREQUEST']._serialized_end=786
+  _globals['_STATSREPLY']._serialized_start=789
+  _globals['_STATSREPLY']._serialized_end=1006
+  _globals['_KVSTORE']._serialized_start=1009
+  _globals['_KVSTORE']._serialized_end=1431
 # @@protoc_insertion_point(module_scope)

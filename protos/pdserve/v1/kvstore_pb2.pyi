@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class BlockHeader(_message.Message):
-    __slots__ = ("key", "token_count", "nbytes", "crc32", "shm_offset", "data", "kv_dtype")
+    __slots__ = ("key", "token_count", "nbytes", "crc32", "shm_offset", "data", "kv_dtype", "mac")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class BlockHeader(_message.Message):
     SHM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     KV_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
     key: str
     token_count: int
     nbytes: int
@@ -22,7 +23,8 @@ class BlockHeader(_message.Message):
     shm_offset: int
     data: bytes
     kv_dtype: str
-    def __init__(self, key: _Optional[str] = ..., token_count: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ..., shm_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., kv_dtype: _Optional[str] = ...) -> None: ...
+    mac: bytes
+    def __init__(self, key: _Optional[str] = ..., token_count: _Optional[int] = ..., nbytes: _Optional[int] = ..., crc32: _Optional[int] = ..., shm_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., kv_dtype: _Optional[str] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class PutChunk(_message.Message):
     __slots__ = ("header", "data", "lease_id", "lease_ttl_s", "shm_name")
@@ -79,14 +81,16 @@ class LookupReply(_message.Message):
     def __init__(self, present_prefix: _Optional[int] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("keys", "lease_id", "lease_ttl_s")
+    __slots__ = ("keys", "lease_id", "lease_ttl_s", "create")
     KEYS_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[str]
     lease_id: str
     lease_ttl_s: float
-    def __init__(self, keys: _Optional[_Iterable[str]] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ...) -> None: ...
+    create: bool
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., lease_id: _Optional[str] = ..., lease_ttl_s: _Optional[float] = ..., create: _Optional[bool] = ...) -> None: ...
 
 class LeaseRequest(_message.Message):
     __slots__ = ("lease_id", "lease_ttl_s")
@@ -107,7 +111,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsReply(_message.Message):
-    __slots__ = ("blocks", "bytes_used", "capacity_bytes", "leased_blocks", "leases", "evictions", "checksum_failures", "shm_bytes")
+    __slots__ = ("blocks", "bytes_used", "capacity_bytes", "leased_blocks", "leases", "evictions", "checksum_failures", "shm_bytes", "mac_failures", "shm_files")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     BYTES_USED_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +120,8 @@ class StatsReply(_message.Message):
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FAILURES_FIELD_NUMBER: _ClassVar[int]
     SHM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAC_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    SHM_FILES_FIELD_NUMBER: _ClassVar[int]
     blocks: int
     bytes_used: int
     capacity_bytes: int
@@ -124,4 +130,6 @@ class StatsReply(_message.Message):
     evictions: int
     checksum_failures: int
     shm_bytes: int
-    def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., leased_blocks: _Optional[int] = ..., leases: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ..., shm_bytes: _Optional[int] = ...) -> None: ...
+    mac_failures: int
+    shm_files: int
+    def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., leased_blocks: _Optional[int] = ..., leases: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ..., shm_bytes: _Optional[int] = ..., mac_failures: _Optional[int] = ..., shm_files: _Optional[int] = ...) -> None: ...

@@ -99,7 +99,8 @@ class KVStoreServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Acquire(self, request, context):
-        """Puts a lease on existing blocks (e.g. a reused prefix) and reports how many leading keys it covered.
+        """Puts a lease on existing blocks (e.g. a reused prefix) and reports how many leading keys it covered; with
+        create, makes the lease first (the router, once per request).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from pdserve.v1 import common_pb2 as pdserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17pdserve/v1/router.proto\x12\npdserve.v1\x1a\x17pdserve/v1/common.proto\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"9\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.pdserve.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xd1\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x18.pdserve.v1.ChatMessagesH\x00\x12)\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x14.pdserve.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\x08\n\x06prompt\"\xef\x01\n\rGenerateChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x13\n\x0bstop_reason\x18\x05 \x01(\t\x12 \n\x05usage\x18\x06 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x07 \x01(\x0b\x32\x13.pdserve.v1.Timings\x12&\n\x08logprobs\x18\x08 \x03(\x0b\x32\x14.pdserve.v1.Logprobs\x12\r\n\x05index\x18\t \x01(\r\"\xb2\x01\n\x06\x43hoice\x12\r\n\x05index\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x13\n\x0bstop_reason\x18\x05 \x01(\t\x12&\n\x08logprobs\x18\x06 \x03(\x0b\x32\x14.pdserve.v1.Logprobs\x12$\n\x07timings\x18\x07 \x01(\x0b\x32\x13.pdserve.v1.Timings\"\x88\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x13\n\x0bstop_reason\x18\x05 \x01(\t\x12 \n\x05usage\x18\x06 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x07 \x01(\x0b\x32\x13.pdserve.v1.Timings\x12&\n\x08logprobs\x18\x08 \x03(\x0b\x32\x14.pdserve.v1.Logprobs\x12#\n\x07\x63hoices\x18\t \x03(\x0b\x32\x12.pdserve.v1.Choice\"#\n\x0c\x41\x62ortRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"3\n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x03(\t\x12\x11\n\tnot_found\x18\x02 \x03(\t\"\x13\n\x11ListModelsRequest\"X\n\tModelCard\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontext_length\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\";\n\x12ListModelsResponse\x12%\n\x06models\x18\x01 \x03(\x0b\x32\x15.pdserve.v1.ModelCard\"\xda\x01\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x18.pdserve.v1.ChatMessagesH\x00\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x04 \x01(\x08H\x01\x88\x01\x01\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x02\x88\x01\x01\x42\x08\n\x06promptB\x15\n\x13_add_special_tokensB\x18\n\x16_add_generation_prompt\"\\\n\x10TokenizeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\r\x12\x0e\n\x06tokens\x18\x04 \x03(\t\"o\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12 \n\x13skip_special_tokens\x18\x03 \x01(\x08H\x00\x88\x01\x01\x42\x16\n\x14_skip_special_tokens\"\"\n\x12\x44\x65tokenizeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t2\xb4\x03\n\x06Router\x12\x44\n\x08Generate\x12\x1b.pdserve.v1.GenerateRequest\x1a\x19.pdserve.v1.GenerateChunk0\x01\x12\x45\n\x08\x43omplete\x12\x1b.pdserve.v1.GenerateRequest\x1a\x1c.pdserve.v1.GenerateResponse\x12K\n\nListModels\x12\x1d.pdserve.v1.ListModelsRequest\x1a\x1e.pdserve.v1.ListModelsResponse\x12\x45\n\x08Tokenize\x12\x1b.pdserve.v1.TokenizeRequest\x1a\x1c.pdserve.v1.TokenizeResponse\x12K\n\nDetokenize\x12\x1d.pdserve.v1.DetokenizeRequest\x1a\x1e.pdserve.v1.DetokenizeResponse\x12<\n\x05\x41\x62ort\x12\x18.pdserve.v1.AbortRequest\x1a\x19.pdserve.v1.AbortResponseB\x84\x01\n\rio.pdserve.v1B\x0bRouterProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17pdserve/v1/router.proto\x12\npdserve.v1\x1a\x17pdserve/v1/common.proto\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"9\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.pdserve.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xe5\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x18.pdserve.v1.ChatMessagesH\x00\x12)\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x14.pdserve.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x12\n\ncache_salt\x18\x07 \x01(\tB\x08\n\x06prompt\"\xef\x01\n\rGenerateChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x13\n\x0bstop_reason\x18\x05 \x01(\t\x12 \n\x05usage\x18\x06 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x07 \x01(\x0b\x32\x13.pdserve.v1.Timings\x12&\n\x08logprobs\x18\x08 \x03(\x0b\x32\x14.pdserve.v1.Logprobs\x12\r\n\x05index\x18\t \x01(\r\"\xb2\x01\n\x06\x43hoice\x12\r\n\x05index\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x13\n\x0bstop_reason\x18\x05 \x01(\t\x12&\n\x08logprobs\x18\x06 \x03(\x0b\x32\x14.pdserve.v1.Logprobs\x12$\n\x07timings\x18\x07 \x01(\x0b\x32\x13.pdserve.v1.Timings\"\x88\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x13\n\x0bstop_reason\x18\x05 \x01(\t\x12 \n\x05usage\x18\x06 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x07 \x01(\x0b\x32\x13.pdserve.v1.Timings\x12&\n\x08logprobs\x18\x08 \x03(\x0b\x32\x14.pdserve.v1.Logprobs\x12#\n\x07\x63hoices\x18\t \x03(\x0b\x32\x12.pdserve.v1.Choice\"#\n\x0c\x41\x62ortRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"3\n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x03(\t\x12\x11\n\tnot_found\x18\x02 \x03(\t\"\x13\n\x11ListModelsRequest\"X\n\tModelCard\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontext_length\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\";\n\x12ListModelsResponse\x12%\n\x06models\x18\x01 \x03(\x0b\x32\x15.pdserve.v1.ModelCard\"\xda\x01\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x18.pdserve.v1.ChatMessagesH\x00\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x04 \x01(\x08H\x01\x88\x01\x01\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x02\x88\x01\x01\x42\x08\n\x06promptB\x15\n\x13_add_special_tokensB\x18\n\x16_add_generation_prompt\"\\\n\x10TokenizeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\r\x12\x0e\n\x06tokens\x18\x04 \x03(\t\"o\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12 \n\x13skip_special_tokens\x18\x03 \x01(\x08H\x00\x88\x01\x01\x42\x16\n\x14_skip_special_tokens\"\"\n\x12\x44\x65tokenizeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t2\xb4\x03\n\x06Router\x12\x44\n\x08Generate\x12\x1b.pdserve.v1.GenerateRequest\x1a\x19.pdserve.v1.GenerateChunk0\x01\x12\x45\n\x08\x43omplete\x12\x1b.pdserve.v1.GenerateRequest\x1a\x1c.pdserve.v1.GenerateResponse\x12K\n\nListModels\x12\x1d.pdserve.v1.ListModelsRequest\x1a\x1e.pdserve.v1.ListModelsResponse\x12\x45\n\x08Tokenize\x12\x1b.pdserve.v1.TokenizeRequest\x1a\x1c.pdserve.v1.TokenizeResponse\x12K\n\nDetokenize\x12\x1d.pdserve.v1.DetokenizeRequest\x1a\x1e.pdserve.v1.DetokenizeResponse\x12<\n\x05\x41\x62ort\x12\x18.pdserve.v1.AbortRequest\x1a\x19.pdserve.v1.AbortResponseB\x84\x01\n\rio.pdserve.v1B\x0bRouterProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,31 +40,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENIDS']._serialized_start=169
   _globals['_TOKENIDS']._serialized_end=192
   _globals['_GENERATEREQUEST']._serialized_start=195
-  _globals['_GENERATEREQUEST']._serialized_end=404
-  _globals['_GENERATECHUNK']._serialized_start=407
-  _globals['_GENERATECHUNK']._serialized_end=646
-  _globals['_CHOICE']._serialized_start=649
-  _globals['_CHOICE']._serialized_end=827
-  _globals['_GENERATERESPONSE']._serialized_start=830
-  _globals['_GENERATERESPONSE']._serialized_end=1094
-  _globals['_ABORTREQUEST']._serialized_start=1096
-  _globals['_ABORTREQUEST']._serialized_end=1131
-  _globals['_ABORTRESPONSE']._serialized_start=1133
-  _globals['_ABORTRESPONSE']._serialized_end=1184
-  _globals['_LISTMODELSREQUEST']._serialized_start=1186
-  _globals['_LISTMODELSREQUEST']._serialized_end=1205
-  _globals['_MODELCARD']._serialized_start=1207
-  _globals['_MODELCARD']._serialized_end=1295
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1297
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1356
-  _globals['_TOKENIZEREQUEST']._serialized_start=1359
-  _globals['_TOKENIZEREQUEST']._serialized_end=1577
-  _globals['_TOKENIZERESPONSE']._serialized_start=1579
-  _globals['_TOKENIZERESPONSE']._serialized_end=1671
-  _globals['_DETOKENIZEREQUEST']._serialized_start=1673
-  _globals['_DETOKENIZEREQUEST']._serialized_end=1784
-  _globals['_DETOKENIZERESPONSE']._serialized_start=1786
-  _globals['_DETOKENIZERESPONSE']._serialized_end=1820
-  _globals['_ROUTER']._serialized_start=1823
-  _globals['_ROUTER']._serialized_end=2259
+  _globals['_GENERATEREQUEST']._serialized_end=424
+  _globals['_GENERATECHUNK']._serialized_start=427
+  _globals['_GENERATECHUNK']._serialized_end=666
+  _globals['_CHOICE']._serialized_start=669
+  _globals['_CHOICE']._serialized_end=847
+  _globals['_GENERATERESPONSE']._serialized_start=850
+  _globals['_GENERATERESPONSE']._serialized_end=1114
+  _globals['_ABORTREQUEST']._serialized_start=1116
+  _globals['_ABORTREQUEST']._serialized_end=1151
+  _globals['_ABORTRESPONSE']._serialized_start=1153
+  _globals['_ABORTRESPONSE']._serialized_end=1204
+  _globals['_LISTMODELSREQUEST']._serialized_start=1206
+  _globals['_LISTMODELSREQUEST']._serialized_end=1225
+  _globals['_MODELCARD']._serialized_start=1227
+  _globals['_MODELCARD']._serialized_end=1315
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1317
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1376
+  _globals['_TOKENIZEREQUEST']._serialized_start=1379
+  _globals['_TOKENIZEREQUEST']._serialized_end=1597
+  _globals['_TOKENIZERESPONSE']._serialized_start=1599
+  _globals['_TOKENIZERESPONSE']._serialized_end=1691
+  _globals['_DETOKENIZEREQUEST']._serialized_start=1693
+  _globals['_DETOKENIZEREQUEST']._serialized_end=1804
+  _globals['_DETOKENIZERESPONSE']._serialized_start=1806
+  _globals['_DETOKENIZERESPONSE']._serialized_end=1840
+  _globals['_ROUTER']._serialized_start=1843
+  _globals['_ROUTER']._serialized_end=2279
 # @@protoc_insertion_point(module_scope)

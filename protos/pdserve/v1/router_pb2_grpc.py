@@ -107,8 +107,9 @@ class RouterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Abort(self, request, context):
-        """Aborts requests in flight by id, from any connection (e.g. a proxy whose client went away): their streams end
-        with finish_reason "abort", their decode sequences stop (KV freed) and their KV leases are released.
+        """Aborts the caller's tenant's requests in flight by id, from any connection (e.g. a proxy whose client went away):
+        their streams end with finish_reason "abort", their decode sequences stop (KV freed) and their KV leases are
+        released. Another tenant's ids are answered as unknown ones are.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'pdserve/testing/v1/kvstore_faults.proto\x12\x12pdserve.testing.v1\"\x1d\n\x0e\x43orruptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\x11\n\x0f\x43orruptResponse2c\n\rKVStoreFaults\x12R\n\x07\x43orrupt\x12\".pdserve.testing.v1.CorruptRequest\x1a#.pdserve.testing.v1.CorruptResponseB\xb4\x01\n\x15io.pdserve.testing.v1B\x12KvstoreFaultsProtoP\x01Z>github.com/pdserve/pdserve/gen/go/pdserve/testing/v1;testingv1\xa2\x02\x03PTX\xaa\x02\x12Pdserve.Testing.V1\xca\x02\x12Pdserve\\Testing\\V1\xea\x02\x14Pdserve::Testing::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'pdserve/testing/v1/kvstore_faults.proto\x12\x12pdserve.testing.v1\":\n\x0e\x43orruptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1b\n\x13keep_checksum_valid\x18\x02 \x01(\x08\"\x11\n\x0f\x43orruptResponse2c\n\rKVStoreFaults\x12R\n\x07\x43orrupt\x12\".pdserve.testing.v1.CorruptRequest\x1a#.pdserve.testing.v1.CorruptResponseB\xb4\x01\n\x15io.pdserve.testing.v1B\x12KvstoreFaultsProtoP\x01Z>github.com/pdserve/pdserve/gen/go/pdserve/testing/v1;testingv1\xa2\x02\x03PTX\xaa\x02\x12Pdserve.Testing.V1\xca\x02\x12Pdserve\\Testing\\V1\xea\x02\x14Pdserve::Testing::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\025io.pdserve.testing.v1B\022KvstoreFaultsProtoP\001Z>github.com/pdserve/pdserve/gen/go/pdserve/testing/v1;testingv1\242\002\003PTX\252\002\022Pdserve.Testing.V1\312\002\022Pdserve\\Testing\\V1\352\002\024Pdserve::Testing::V1'
   _globals['_CORRUPTREQUEST']._serialized_start=63
-  _globals['_CORRUPTREQUEST']._serialized_end=92
-  _globals['_CORRUPTRESPONSE']._serialized_start=94
-  _globals['_CORRUPTRESPONSE']._serialized_end=111
-  _globals['_KVSTOREFAULTS']._serialized_start=113
-  _globals['_KVSTOREFAULTS']._serialized_end=212
+  _globals['_CORRUPTREQUEST']._serialized_end=121
+  _globals['_CORRUPTRESPONSE']._serialized_start=123
+  _globals['_CORRUPTRESPONSE']._serialized_end=140
+  _globals['_KVSTOREFAULTS']._serialized_start=142
+  _globals['_KVSTOREFAULTS']._serialized_end=241
 # @@protoc_insertion_point(module_scope)

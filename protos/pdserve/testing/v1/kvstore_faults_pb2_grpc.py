@@ -47,7 +47,7 @@ class KVStoreFaultsServicer:
     """
 
     def Corrupt(self, request, context):
-        """Flips one byte of a stored block (NOT_FOUND if the key is not stored).
+        """Flips one byte of a stored block (NOT_FOUND if the key is not stored). Callable by the test identity only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

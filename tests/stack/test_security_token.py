@@ -1,15 +1,15 @@
-"""TLS on every port with mutual TLS between services, bearer-token auth on the router, and the router's limits."""
+"""The public side: TLS on the router's port, bearer tokens checked before any work (never logged), and the router's
+limits. (The internal plane: test_security_roles.py and the other test_security_*.py files.)"""
 
 import asyncio
+import ssl
 from pathlib import Path
 
 import grpc
 import pytest
 
 from pdserve.client.client import AsyncPdserveClient, PdserveClient
-from pdserve.common.certs import make_ca
-from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
-from tests.helpers import scrape, start_stack
+from tests.helpers import start_stack
 
 TOKEN = "s3cret-token-7f2c"
 PROMPT = list(range(3, 30))
@@ -25,7 +25,7 @@ def secure_stack(tiny_model_path):
 
 
 def prefill_tokens_seen(stack) -> float:
-    return scrape(stack.prefills[0].metrics_port).get(("pdserve_prefill_prompt_tokens_total", ()), 0.0)
+    return stack.scrape(stack.prefills[0]).get(("pdserve_prefill_prompt_tokens_total", ()), 0.0)
 
 
 def test_tls_and_token_serve_a_request(secure_stack):
@@ -59,30 +59,8 @@ def test_token_never_logged(secure_stack):
     assert TOKEN not in logs and "guess-123" not in logs and TOKEN not in " ".join(secure_stack.router.args)
 
 
-def test_plaintext_is_refused_on_every_port(secure_stack):
-    for p in secure_stack.processes:
-        with grpc.insecure_channel(p.target) as ch:
-            with pytest.raises(grpc.RpcError) as err:
-                router_pb2_grpc.RouterStub(ch).ListModels(router_pb2.ListModelsRequest(), timeout=5)
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE, p.name
-
-
-def test_internal_services_require_a_client_certificate_from_their_ca(secure_stack, tmp_path):
-    kvstore = secure_stack.kvstores[0].target
-    ca = Path(secure_stack.tls_files.ca).read_bytes()
-    stranger = make_ca(tmp_path, ["stranger"])["stranger"]  # a valid certificate, from another CA
-    for creds in (grpc.ssl_channel_credentials(ca),  # server verified, no client certificate
-                  grpc.ssl_channel_credentials(ca, Path(stranger.key).read_bytes(), Path(stranger.cert).read_bytes())):
-        with grpc.secure_channel(kvstore, creds) as ch:
-            with pytest.raises(grpc.RpcError) as err:
-                kvstore_pb2_grpc.KVStoreStub(ch).Stats(kvstore_pb2.StatsRequest(), timeout=5)
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-    with grpc.secure_channel(kvstore, secure_stack.credentials()) as ch:  # the stack's own certificate: accepted
-        assert kvstore_pb2_grpc.KVStoreStub(ch).Stats(kvstore_pb2.StatsRequest(), timeout=5).capacity_bytes > 0
-
-
 def test_router_port_needs_no_client_certificate(secure_stack):
-    creds = grpc.ssl_channel_credentials(Path(secure_stack.tls_files.ca).read_bytes())
+    creds = grpc.ssl_channel_credentials(Path(secure_stack.tls_ca).read_bytes())
     with PdserveClient(secure_stack.router_target, credentials=creds, token=TOKEN) as c:
         assert c.complete(token_ids=PROMPT, max_tokens=2, temperature=0).usage.completion_tokens == 2
 
@@ -119,34 +97,37 @@ def test_request_id_and_prompt_limits(secure_stack):
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("stop:")
 
 
-def test_bad_tls_paths_stop_the_service_naming_the_flag(tmp_path):
+def test_bad_tls_or_identity_paths_stop_the_service_naming_the_flag(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "pdserve.kvstore", "--port", "0", "--tls-cert", str(tmp_path / "none.pem"),
-                          "--tls-key", str(tmp_path / "none.key")], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).resolve().parents[2])
-    assert out.returncode != 0 and "--tls-cert" in out.stderr and "Traceback" not in out.stderr
+    for flags, named in ((["--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "none.key")],
+                          "--tls-cert"), (["--identity", str(tmp_path / "nowhere")], "--identity")):
+        out = subprocess.run([sys.executable, "-m", "pdserve.router", "--port", "0", *flags], capture_output=True,
+                             text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+        assert out.returncode != 0 and named in out.stderr and "Traceback" not in out.stderr
 
 
 
 
-def test_the_http_edge_passes_the_callers_token_to_a_tls_router(tiny_model_path):
-    """The OpenAI edge reaches a TLS router (verifying it with the stack's CA) and hands each caller's bearer token
-    (an OpenAI client's api_key) to the router, which checks it: the right key is served, a missing or wrong one is a
-    401 before any work."""
+def test_the_https_edge_checks_and_passes_the_callers_token_to_a_tls_router(tiny_model_path):
+    """The OpenAI edge serves HTTPS, reaches a TLS router (verifying it with the stack's CA) and checks each caller's
+    bearer token (an OpenAI client's api_key), then hands it to the router, which checks it again: the right key is
+    served, a missing or wrong one is a 401 before any work."""
     import httpx
     import openai
 
     stack = start_stack(model=str(tiny_model_path), tls=True, auth_token=TOKEN, http_port=0, metrics=True)
     try:
         body = {"prompt": "the end", "max_tokens": 2, "temperature": 0}
-        with openai.OpenAI(base_url=stack.http_url + "/v1", api_key=TOKEN, max_retries=0) as client:
+        with openai.OpenAI(base_url=stack.http_url + "/v1", api_key=TOKEN, max_retries=0,
+                           http_client=httpx.Client(verify=ssl.create_default_context(cafile=stack.tls_ca))) as client:
             done = client.completions.create(model=client.models.list().data[0].id, **body)
             assert done.usage.completion_tokens == 2
         seen = prefill_tokens_seen(stack)
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
-            reply = httpx.post(stack.http_url + "/v1/completions", json=body, headers=headers, timeout=30)
+            reply = httpx.post(stack.http_url + "/v1/completions", json=body, headers=headers, timeout=30,
+                               verify=ssl.create_default_context(cafile=stack.tls_ca))
             assert reply.status_code == 401 and "bearer token" in reply.json()["error"]["message"]
         assert prefill_tokens_seen(stack) == seen
         logs = "".join(p.log_path.read_text(errors="replace") for p in stack.processes)
