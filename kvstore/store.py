@@ -38,7 +38,7 @@ DEFAULT_MAX_BLOCKS = 1 << 20  # blocks one shard holds at most, whatever their s
 MAX_LEASES = 100_000  # live leases at once (one per request waiting for decode, and one per extra sample)
 # Memory charged per block beyond its bytes, and per lease and per block a lease holds: the Python objects around them
 # (measured with tracemalloc by tests/unit/test_kvstore.py, which fails if the real cost exceeds these)
-BLOCK_OVERHEAD_BYTES = 640
+BLOCK_OVERHEAD_BYTES = 656  # (two slots more since the dtype and the MAC joined the block)
 BYTES_OBJECT_OVERHEAD = 48  # a bytes object's header and allocator rounding, per message a block is held in
 LEASE_OVERHEAD_BYTES = 512
 LEASE_ENTRY_BYTES = 288

@@ -273,7 +273,7 @@ def test_rendezvous_is_stable_and_spreads():
 
 
 def test_leases_are_created_once_within_each_owners_quota_and_blocks_need_one():
-    store = BlockStore(1000, max_leases_per_owner=2)
+    store = BlockStore(100_000, max_leases_per_owner=2)
     with pytest.raises(UnknownLease):  # never created: no Put, no Acquire under it
         store.put("k", 1, b"x", crc(b"x"), lease_id="nobody-made-this", lease_ttl_s=5)
     with pytest.raises(UnknownLease):
@@ -292,7 +292,7 @@ def test_leases_are_created_once_within_each_owners_quota_and_blocks_need_one():
 
 def test_blocks_must_carry_the_stacks_mac_on_put_and_keep_it_on_every_get():
     mac, forger = BlockMAC(b"k" * 32), BlockMAC(b"f" * 32)
-    store = BlockStore(1000, mac=mac)
+    store = BlockStore(100_000, mac=mac)
     store.create_lease("L", 5)
     data = b"kv bytes"
     with pytest.raises(MacMismatch):  # a forged block: right CRC, wrong key
