@@ -7,11 +7,9 @@ request's prefill, decode and KV lease.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,7 +23,14 @@ from pdserve.client.client import AsyncPdserveClient
 from pdserve.common.tenants import Tenants
 from pdserve.openai_server.auth import TokenCheck
 from pdserve.openai_server.errors import ApiError, error_response, from_grpc
-from pdserve.openai_server.metrics import DISCONNECTS, HTTP_INFLIGHT, HTTP_REQUESTS, HTTP_SECONDS
+from pdserve.openai_server.http_io import (
+    ClientGone,
+    MetricsMiddleware,
+    read_body,
+    sse,
+    unless_disconnected,
+)
+from pdserve.openai_server.metrics import DISCONNECTS
 from pdserve.openai_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -38,81 +43,6 @@ from pdserve.openai_server.protocol import (
 from pdserve.openai_server.responses import Shaper
 
 log = logging.getLogger("pdserve.openai")
-
-MAX_BODY_BYTES = 8 * 1024 * 1024  # under the router's gRPC message limit (common.server.MAX_MESSAGE_BYTES)
-ROUTES = ("/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/health", "/metrics")
-
-
-
-class ClientGone(Exception):
-    """The HTTP client disconnected; the upstream call has been cancelled."""
-
-
-class MetricsMiddleware:
-    """Counts and times every request by route and status (pure ASGI, so streaming and cancellation pass through)."""
-
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        route = scope["path"] if scope["path"] in ROUTES else "other"
-        status = 500
-        start = time.perf_counter()
-
-        async def send_status(message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        HTTP_INFLIGHT.inc()
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            HTTP_INFLIGHT.dec()
-            HTTP_REQUESTS.labels(route, str(status)).inc()
-            HTTP_SECONDS.labels(route).observe(time.perf_counter() - start)
-
-
-async def read_body(request: Request) -> bytes:
-    """The body, refused (413) past MAX_BODY_BYTES: bigger ones could not travel to the router anyway."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise ApiError(413, f"the body has {declared} bytes; at most {MAX_BODY_BYTES} are accepted")
-    body = b""
-    async for part in request.stream():
-        body += part
-        if len(body) > MAX_BODY_BYTES:
-            raise ApiError(413, f"the body exceeds {MAX_BODY_BYTES} bytes")
-    return body
-
-
-async def until_disconnect(request: Request) -> None:
-    """Returns when the client closes the connection (call only once the body has been read)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def unless_disconnected(request: Request, work: Awaitable) -> Any:
-    """``await work``, cancelled (ClientGone) if the client disconnects first."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(until_disconnect(request))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        if not task.done():
-            task.cancel()
-    if not task.done() or task.cancelled():
-        DISCONNECTS.inc()
-        raise ClientGone()
-    return task.result()
-
-
-def sse(data: dict[str, Any] | str) -> str:
-    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 def renamer(chat: bool, max_tokens_field: str):

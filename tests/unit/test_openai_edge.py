@@ -167,7 +167,7 @@ def test_router_down_is_503_and_unhealthy():
 
 
 def test_oversized_body_is_413_not_a_retryable_error():
-    from pdserve.openai_server.app import MAX_BODY_BYTES
+    from pdserve.openai_server.http_io import MAX_BODY_BYTES
 
     router = ScriptedRouter()
     r = post(router, "/v1/completions", json.dumps({"prompt": "x" * (MAX_BODY_BYTES + 1)}).encode())
