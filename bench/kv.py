@@ -17,6 +17,9 @@ Every measurement is repeated and the best run is kept (the least disturbed by o
 alternate the servers so all see the same conditions, after a first round that warms them up (connections, the
 stores filled to their budget, the sink's buffers made). Each round's blocks are stored under a lease the router
 identity makes, released after the round's Gets, so the next round's Puts may evict them.
+
+Over 300 lines because the four servers are measured in one interleaved loop that owns their processes and
+identities; the sink (bench/kv_sink.py) and the kvstore's own scaling (bench/kv_scale.py) are apart.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The public Router service: validate, tokenize, prefill on one worker, decode on another, relay the stream."""
+"""The public Router service: validate, tokenize, prefill on one worker, decode on another, relay the stream.
+
+Over 300 lines because Generate is one request's life (admission, tenancy, leases, prefill, decode, samples)
+kept in one reading order; prompt checks, streams, upstream calls and tenancy live in their own modules.
+"""
 
 from __future__ import annotations
 
