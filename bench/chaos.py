@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pdserve.bench.chaos_load import COLUMNS, Row, Workload, fault_free, make_workload, steady_load, storm
 from pdserve.bench.chaos_up import attach, kill_under_up, restarts, supervising
+from pdserve.common.readiness import wait_for
 from pdserve.common.scrape import total
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.launcher.stack import Stack, StackSpec
@@ -112,10 +113,16 @@ def kill_and_restart(pick: Callable[[Stack], object], down_s: float = 1.0) -> Fa
     return fault
 
 
+# a fresh worker's first work shows in these (its counters start at zero)
+TOOK_WORK = {"prefill_server": "pdserve_prefill_prompt_tokens_total", "decode_server": "pdserve_decode_generation_tokens_total"}
+
+
 def rolling_restart(stack: Stack, supervised=None) -> None:
-    """SIGTERM (drain) and restart every worker, one at a time."""
+    """SIGTERM (drain) and restart every worker, one at a time, as a rolling update does: the next one goes only once
+    the router sends work to the one before (SERVING to a health probe is not yet the router's view of it)."""
     for p in stack.prefills + stack.decodes:
         stack.restart(p, signal.SIGTERM)
+        wait_for(lambda p=p: _gauge(stack, p, TOOK_WORK[p.module]) > 0, 120, f"{p.name} taking work again")
 
 
 Fault = Callable[..., None]  # fault(stack, supervised): supervised is the state-file view of a supervised stack
