@@ -69,10 +69,7 @@ def cmd_up(a: argparse.Namespace) -> int:
     try:
         state_file = Path(a.state_file) if a.state_file else default_state_path(stack.router.port)
         supervisor = Supervisor(stack, policy, state_file, log=lambda line: print(line, file=sys.stderr, flush=True),
-                                info={"up_pid": os.getpid(), "tls": spec.tls, "auth": bool(spec.auth_token_file),
-                                      "log_dir": str(stack.log_dir), "internal_tls": not spec.insecure_internal,
-                                      "identities": {role: str(path) for role, path in stack.identities.dirs.items()}
-                                      if stack.identities else {}})
+                                info={"up_pid": os.getpid(), "auth": bool(spec.auth_token_file)})
         supervisor.write_state()
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())

@@ -188,9 +188,16 @@ class Supervisor:
                  "restarts": w.restarts, "last_exit": w.last_exit, "healthy": w.healthy,
                  "log": str(w.process.log_path or "")} for w in self.watched]
 
+    def _security(self) -> dict:
+        """What a reader of the state needs to call the stack's services: whether its ports want TLS, and the
+        identities to present (launcher/state.py AttachedStack, ``pdserve up --status``)."""
+        spec, identities = self.stack.spec, self.stack.identities
+        return {"tls": spec.tls, "internal_tls": not spec.insecure_internal, "log_dir": str(self.stack.log_dir),
+                "identities": {role: str(d) for role, d in identities.dirs.items()} if identities else {}}
+
     def write_state(self) -> None:
         if self.state_file is not None:
-            write_state(self.state_file, {**self.info, "router_target": self.stack.router_target,
+            write_state(self.state_file, {**self.info, **self._security(), "router_target": self.stack.router_target,
                                           "http_url": self.stack.http_url if self.stack.edge else "",
                                           "updated": time.time(), "given_up": self.given_up,
                                           "processes": self.status()})

@@ -163,7 +163,7 @@ def test_a_prefetch_with_a_lease_ttl_out_of_range_is_refused(stack, ttl):
 
 
 def test_prefetch_slots_are_bounded_and_expire(tiny_model_path):
-    """Two slots held at most 1 s each: two prefetches whose blocks never come (lease TTL an hour) fill them, a third
+    """Two slots held at most 1 s each: two prefetches whose blocks never come (lease TTL 300 s) fill them, a third
     is refused, and once the two expire a new one is taken."""
     from tests.helpers import start_stack
 
@@ -172,7 +172,7 @@ def test_prefetch_slots_are_bounded_and_expire(tiny_model_path):
     try:
         handle, _ = _handle(small, list(range(5, 40)))
         handle.block_keys[0] = "never-stored"
-        handle.lease_ttl_s, handle.wait_s = 3600, 600
+        handle.lease_ttl_s, handle.wait_s = 300, 600  # the longest lease (MAX_LEASE_TTL_S): far past the hold
         dropped = _prefetches(small, "dropped")
 
         async def scenario():

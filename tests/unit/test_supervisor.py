@@ -4,6 +4,8 @@ roles that keep the stack alive, and the state file ``pdserve up --status`` read
 import itertools
 import json
 import os
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,6 +35,9 @@ class FakeStack:
     edge = None
     http_url = ""
     router_target = "127.0.0.1:1"
+    spec = SimpleNamespace(tls=False, insecure_internal=True)  # a plaintext stack: no identities to record
+    identities = None
+    log_dir = Path("/nonexistent")
 
     def __init__(self, *names: str) -> None:
         modules = {"kvstore": "kvstore", "prefill": "prefill_server", "decode": "decode_server", "router": "router"}
