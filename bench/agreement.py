@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 from pdserve.bench.serve import run_grpc
-from pdserve.common.scrape import scrape, total
+from pdserve.common.scrape import total
 from pdserve.engine.scheduler import Role
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.perfmodel.deployment import Deployment
@@ -47,7 +47,7 @@ def pacing_lag(stack: Stack) -> dict[str, float]:
     out = {}
     for kind, workers in (("prefill", stack.prefills), ("decode", stack.decodes)):
         for i, w in enumerate(workers):
-            page = scrape(w.metrics_port)
+            page = stack.scrape(w)
             out[f"{kind}{i}_steps"] = total(page, "pdserve_step_modeled_seconds_count")
             out[f"{kind}{i}_lagged_steps"] = total(page, "pdserve_pacing_lagged_steps_total")
             out[f"{kind}{i}_lag_s"] = total(page, "pdserve_pacing_lag_seconds_total")

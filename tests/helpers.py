@@ -123,6 +123,25 @@ def pdserve_up(args: list[str], until: str):
     raise RuntimeError(f"pdserve up stopped (exit {proc.returncode}):\n" + "".join(lines))
 
 
+def lease_alive(stack, lease_id: str) -> bool:
+    """Whether a lease is still held in the stack's first kvstore: an Acquire of no keys under it, as the router
+    (refused with FAILED_PRECONDITION once it expired or was released; it leases nothing, so it extends nothing).
+    One lease, not the count: a shared stack's other tests may hold leases of their own."""
+    import grpc
+
+    from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+
+    with stack.channel(stack.kvstores[0], "router") as ch:
+        try:
+            kvstore_pb2_grpc.KVStoreStub(ch).Acquire(
+                kvstore_pb2.AcquireRequest(lease_id=lease_id, lease_ttl_s=1.0), timeout=10)
+            return True
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            return False
+
+
 def router_lease(stack, ttl_s: float = 30.0) -> str:
     """A lease made in the stack's kvstores as the router makes one per request (as the router identity); its id."""
     import asyncio

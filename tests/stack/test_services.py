@@ -12,7 +12,7 @@ from pdserve.client.client import AsyncPdserveClient, PdserveClient
 from pdserve.common.convert import sampling_to_proto
 from pdserve.engine.params import SamplingParams
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.helpers import kv_leases, prefill_directly, reference, wait_until
+from tests.helpers import lease_alive, prefill_directly, reference, wait_until
 
 
 def mixed_requests(vocab: int, n: int = 32):
@@ -159,8 +159,8 @@ def test_unclaimed_prefill_lease_expires(tiny_stack):
     reply = prefill_directly(tiny_stack, list(range(3, 40)), sampling_to_proto(SamplingParams(max_tokens=5)),
                              "orphan-1", lease_ttl_s=1.0)
     assert len(reply.kv.block_keys) == 3  # 2 full blocks + the tail
-
-    wait_until(lambda: kv_leases(tiny_stack) == 0, what="lease expiry")
+    assert lease_alive(tiny_stack, reply.kv.lease_id)
+    wait_until(lambda: not lease_alive(tiny_stack, reply.kv.lease_id), what="lease expiry")
 
 
 def test_requests_under_one_id_never_share_kv_state(tiny_stack):
@@ -172,7 +172,7 @@ def test_requests_under_one_id_never_share_kv_state(tiny_stack):
     first, second = (r.kv for r in replies)
     assert first.lease_id != second.lease_id
     assert first.block_keys[-1] != second.block_keys[-1]  # the tails
-    wait_until(lambda: kv_leases(tiny_stack) == 0, what="lease expiry")
+    wait_until(lambda: not any(lease_alive(tiny_stack, kv.lease_id) for kv in (first, second)), what="lease expiry")
 
 
 def test_list_models(tiny_stack, tiny_runtime):
