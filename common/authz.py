@@ -33,7 +33,7 @@ POLICY: dict[str, frozenset[str]] = {
     "/pdserve.v1.KVStore/Get": frozenset({"prefill", "decode"}),
     "/pdserve.v1.KVStore/Lookup": frozenset({"prefill"}),
     "/pdserve.v1.KVStore/Acquire": frozenset({"router", "prefill"}),  # creating a lease: the router only (kvstore)
-    "/pdserve.v1.KVStore/Renew": frozenset({"prefill", "decode"}),
+    "/pdserve.v1.KVStore/Renew": frozenset({"router", "prefill", "decode"}),
     "/pdserve.v1.KVStore/Release": frozenset({"router", "prefill", "decode"}),
     "/pdserve.v1.KVStore/Stats": frozenset({"router", "prefill", "decode", "admin", "test"}),
     "/pdserve.testing.v1.KVStoreFaults/Corrupt": frozenset({"test"}),

@@ -6,7 +6,9 @@ Puts, gets and lookups are split per shard and run concurrently; results come ba
 
 A shard that answers UNAVAILABLE is skipped for a while: its keys go to the next shard in their rendezvous ranking (the
 same fallback every client computes), a Get that misses a block on one shard tries the key's next-ranked shards, and
-lookups, leases and releases carry on with the live shards (a dead shard's leases died with it).
+lookups, leases and releases carry on with the live shards (a dead shard's leases died with it). A live shard that does
+not know a lease (it was down when the router made it, or restarted since, empty) is, for that lease, a shard that
+holds nothing: Puts under it go to each key's next-ranked shard, and an Acquire counts none of its keys.
 
 Blocks are signed with the stack's KV key on Put and checked on Get (``kvstore/mac.py``). The module is longer than
 most: it is the one client of the kvstore, with both of its transfer paths (the socket and shared memory) each way.
@@ -33,7 +35,7 @@ from pdserve.common.server import channel
 from pdserve.kvstore import shm as shm_files
 from pdserve.kvstore.mac import BlockMAC, MacMismatch
 from pdserve.kvstore.memory import keep_freed_memory
-from pdserve.kvstore.store import block_views, checksum
+from pdserve.kvstore.store import UNKNOWN_LEASE, block_views, checksum
 from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
@@ -73,6 +75,13 @@ def rendezvous_shard(key: str, shards: list[str]) -> int:
 
 def _unavailable(result: object) -> bool:
     return isinstance(result, grpc.aio.AioRpcError) and result.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def lease_unknown(result: object) -> bool:
+    """A kvstore's answer (passed on unchanged by a worker, with its role in front) that it does not know the lease:
+    never made there, expired, or the kvstore restarted since."""
+    return (isinstance(result, grpc.aio.AioRpcError) and result.code() == grpc.StatusCode.FAILED_PRECONDITION
+            and UNKNOWN_LEASE in (result.details() or ""))
 
 
 def _loopback_port(target: str) -> int | None:
@@ -143,8 +152,9 @@ class KVStoreClient:
             groups[self.shard_of(key)].append(i)
         return groups
 
-    async def _each_shard(self, call) -> list:
-        """``call(stub)`` on every shard; results of shards that are down are left out, other failures raise."""
+    async def _each_shard(self, call, need_one: bool = False) -> list:
+        """``call(stub)`` on every shard; results of shards that are down are left out, other failures raise, and so
+        does a shard's UNAVAILABLE when every shard is down and ``need_one``."""
         results = await asyncio.gather(*(call(stub) for stub in self.stubs), return_exceptions=True)
         out = []
         for shard, result in enumerate(results):
@@ -154,11 +164,13 @@ class KVStoreClient:
                 raise result
             else:
                 out.append(result)
+        if need_one and not out:
+            raise results[0]
         return out
 
-    async def _with_failover(self, keys: list[str], run, retry_on: tuple[grpc.StatusCode, ...]) -> None:
-        """``run(shard, positions)`` for each shard's group of keys, concurrently; a group that fails with a code in
-        ``retry_on`` moves on to each of its keys' next-ranked shards until none is left."""
+    async def _with_failover(self, keys: list[str], run, retry_on: Callable[[grpc.aio.AioRpcError], bool]) -> None:
+        """``run(shard, positions)`` for each shard's group of keys, concurrently; a group that fails with an error
+        ``retry_on`` accepts moves on to each of its keys' next-ranked shards until none is left."""
         tried = [frozenset()] * len(keys)
         pending = list(range(len(keys)))
         last_error: BaseException | None = None
@@ -172,7 +184,7 @@ class KVStoreClient:
             results = await asyncio.gather(*(run(s, p) for s, p in groups.items()), return_exceptions=True)
             pending = []
             for (shard, positions), result in zip(groups.items(), results):
-                if isinstance(result, grpc.aio.AioRpcError) and result.code() in retry_on:
+                if isinstance(result, grpc.aio.AioRpcError) and retry_on(result):
                     if result.code() == grpc.StatusCode.UNAVAILABLE:
                         self._mark_down(shard)
                     last_error = result
@@ -223,7 +235,7 @@ class KVStoreClient:
                         raise
             stored += (await self._puts[shard](messages(positions), timeout=timeout)).stored
 
-        await self._with_failover([b.key for b in blocks], put_group, (grpc.StatusCode.UNAVAILABLE,))
+        await self._with_failover([b.key for b in blocks], put_group, lambda e: _unavailable(e) or lease_unknown(e))
         return stored
 
     def _shm_refused(self, shard: int, err: Exception) -> bool:
@@ -316,7 +328,8 @@ class KVStoreClient:
                     raise KVIntegrityError(err.details()) from err
                 raise
 
-        await self._with_failover(keys, get_shard, (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND))
+        await self._with_failover(keys, get_shard,
+                                  lambda e: e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND))
         if any(b is None for b in out):
             raise KVIntegrityError("kvstore returned fewer blocks than asked for")
         return out  # type: ignore[return-value]
@@ -332,6 +345,8 @@ class KVStoreClient:
         for shard, positions, present in zip(groups, groups.values(), answers):
             if _unavailable(present):  # a shard that is down holds nothing
                 self._mark_down(shard)
+                present = 0
+            elif lease_unknown(present):  # nor, for a lease, one that does not know it
                 present = 0
             elif isinstance(present, BaseException):
                 raise present
@@ -356,9 +371,10 @@ class KVStoreClient:
         return await self._prefix(keys, one)
 
     async def create_lease(self, lease_id: str, lease_ttl_s: float, timeout: float | None = None) -> None:
-        """Make a lease, holding nothing yet, on every live shard (blocks stored under it may go to any of them)."""
+        """Make a lease, holding nothing yet, on every live shard (blocks stored under it may go to any of them);
+        UNAVAILABLE if none is."""
         request = kvstore_pb2.AcquireRequest(lease_id=lease_id, lease_ttl_s=lease_ttl_s, create=True)
-        await self._each_shard(lambda s: s.Acquire(request, timeout=timeout))
+        await self._each_shard(lambda s: s.Acquire(request, timeout=timeout), need_one=True)
 
     # --- leases and admin (every shard) -----------------------------------------------------------------------------
     async def release(self, lease_id: str, timeout: float | None = None) -> int:

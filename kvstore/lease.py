@@ -4,7 +4,7 @@ Prefill stores a prompt's blocks under a lease so that they are not evicted befo
 expires if nobody comes. Every holder goes through :class:`KVLease`, one ``async with`` each:
 
 - the router creates the lease in the kvstore for a request (:meth:`KVLease.create`: only router identities may)
-  and holds it, and a copy per extra sample (:meth:`copy`), until the request ends;
+  and holds it (kept renewed while prefill runs), and a copy per extra sample (:meth:`copy`), until the request ends;
 - prefill acquires the prompt's stored prefix and stores new blocks under it; on failure leaving the block releases it,
   on success prefill :meth:`hand_over`\\ s it to decode through the KV handle;
 - decode :meth:`keep`\\ s it renewed while it fetches, and releases it once it has its copy.
@@ -65,22 +65,24 @@ class KVLease:
         return other
 
     @contextlib.asynccontextmanager
-    async def keep(self) -> AsyncIterator[None]:
-        """Keep the lease renewed while the body runs (a slow fetch, a long wait): at once, then every third of its
-        TTL. A renewal may take until the lease would expire (a busy kvstore answers late, not never), and one that
-        fails is tried again soon, not a period later."""
+    async def keep(self, renew_now: bool = True) -> AsyncIterator[None]:
+        """Keep the lease renewed while the body runs (a slow fetch, a long wait): at once (``renew_now``; else the
+        lease was just made or renewed), then every third of its TTL. A renewal may take until the lease would expire
+        (a busy kvstore answers late, not never), and one that fails is tried again soon, not a period later."""
         if self.kv is None or not self.lease_id or not 0 < self.ttl_s < math.inf:
             yield
             return
-        task = asyncio.create_task(self._renew_forever())
+        task = asyncio.create_task(self._renew_forever(renew_now))
         try:
             yield
         finally:
             task.cancel()
 
-    async def _renew_forever(self) -> None:
+    async def _renew_forever(self, renew_now: bool) -> None:
         loop = asyncio.get_running_loop()
         expires = loop.time() + self.ttl_s  # at the latest: whoever stored the blocks set it before now
+        if not renew_now:
+            await asyncio.sleep(self.ttl_s / 3)
         while True:
             sent = loop.time()
             try:

@@ -117,9 +117,14 @@ class KVStoreService(PutRPC, LeaseRPCs, kvstore_pb2_grpc.KVStoreServicer):
 
     async def _wait_block(self, key: str, deadline: float, lease_id: str, context) -> Block:
         """Wait for a block still being written (or not yet held by the lease: prefill may still be acquiring it);
-        ABORTED once the lease is released, NOT_FOUND at the deadline."""
+        ABORTED once the lease is released, NOT_FOUND at the deadline, or at once for a lease this shard does not know
+        (the router makes a lease before anyone reads under it: this shard was down then, or restarted since, so the
+        block went to another shard or is gone)."""
         loop = asyncio.get_running_loop()
         while not self.store.held(key, lease_id):
+            if not self.store.knows_lease(lease_id):
+                metrics.MISSES.labels("get").inc()
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"lease_id: no lease {lease_id} on this kvstore")
             if lease_id in self.store.released:
                 metrics.MISSES.labels("get").inc()
                 await context.abort(grpc.StatusCode.ABORTED,

@@ -61,7 +61,11 @@ class UnknownBlock(KeyError):
 
 
 class UnknownLease(Exception):
-    """The lease was never created (leases are created by the router), or has expired."""
+    """The lease was never created here (leases are created by the router; a shard that was down then, or restarted
+    since, never saw it), or has expired. Its text starts with :data:`UNKNOWN_LEASE`."""
+
+
+UNKNOWN_LEASE = "lease_id: no lease"  # how an UnknownLease's status text starts, for clients to tell it apart
 
 
 class LeaseExists(Exception):
@@ -208,11 +212,14 @@ class BlockStore:
         self._set_deadline(lease_id, lease, lease.expires_at)
         self.leases_by_owner[owner] += 1
 
+    def knows_lease(self, lease_id: str) -> bool:
+        """The lease exists or was released here (a late Put of a released lease stores unleased)."""
+        return lease_id in self.leases or lease_id in self.released
+
     def check_lease(self, lease_id: str) -> None:
-        """UnknownLease unless the lease exists or was released (a late Put of a released lease stores unleased)."""
-        if lease_id not in self.leases and lease_id not in self.released:
-            raise UnknownLease(f"lease_id: no lease {lease_id} (leases are created by the router; it may have "
-                               "expired)")
+        if not self.knows_lease(lease_id):
+            raise UnknownLease(f"{UNKNOWN_LEASE} {lease_id} (leases are created by the router; it may have expired, "
+                               "or this kvstore restarted since)")
 
     def _lease(self, lease_id: str, ttl_s: float, keys: list[str]) -> None:
         """Add ``keys`` (stored blocks) to a lease (:meth:`create_lease` made it); its deadline moves to at least

@@ -3,6 +3,7 @@ turned into what the client is told (the role, never an address)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
@@ -10,22 +11,29 @@ import grpc
 from pdserve.common.redact import public_message
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import KVLease
-from pdserve.router.upstream import UpstreamError
+from pdserve.router.upstream import ROUND_PAUSE_S, UNAVAILABLE_ROUNDS, UpstreamError
 from pdserve.v1 import common_pb2
 
 log = logging.getLogger("pdserve.router")
 
 
 async def request_lease(kv: KVStoreClient | None, ttl_s: float) -> KVLease:
-    """The request's lease, created before prefill stores under it. A kvstore at its lease quota is overload (the
+    """The request's lease, created before prefill stores under it. With every kvstore shard unavailable (one
+    restarting) it is tried again after a pause, as a prefill pool is. A kvstore at its lease quota is overload (the
     client is told to retry)."""
-    try:
-        return await KVLease.create(kv, ttl_s)
-    except grpc.aio.AioRpcError as err:
-        log.warning("kvstore: lease not created: %s: %s", err.code().name, err.details())
-        full = err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        raise UpstreamError(err.code() if full else grpc.StatusCode.UNAVAILABLE,
-                            public_message("kvstore", err.code(), err.details()), overloaded=full) from err
+    for round_ in range(UNAVAILABLE_ROUNDS):
+        if round_:
+            await asyncio.sleep(ROUND_PAUSE_S * round_)
+        try:
+            return await KVLease.create(kv, ttl_s)
+        except grpc.aio.AioRpcError as err:
+            log.warning("kvstore: lease not created: %s: %s", err.code().name, err.details())
+            if err.code() == grpc.StatusCode.UNAVAILABLE and round_ + 1 < UNAVAILABLE_ROUNDS:
+                continue
+            full = err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            raise UpstreamError(err.code() if full else grpc.StatusCode.UNAVAILABLE,
+                                public_message("kvstore", err.code(), err.details()), overloaded=full) from err
+    raise AssertionError("unreachable")
 
 
 async def sample_lease(lease: KVLease, handle: common_pb2.KVHandle, sample: int) -> KVLease:

@@ -47,7 +47,7 @@ def init_labels(model_name: str, prefill_targets: list[str], decode_targets: lis
         REQUESTS.labels(model_name, reason)
     for reason in REJECT_REASONS:
         REJECTED.labels(reason)
-    for phase in ("prefill", "decode"):
+    for phase in ("prefill", "lease", "decode", "resume"):
         RETRIES.labels(phase)
     for t in prefill_targets:
         ROUTED.labels("prefill", policy, t)

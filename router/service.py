@@ -28,7 +28,7 @@ from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S
 from pdserve.router.auth import current_tenant
 from pdserve.router.kv_leases import request_lease, sample_lease
-from pdserve.router.metrics import INFLIGHT, REJECTED, record_finished, record_unfinished
+from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
 from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, RequestValidator, TokenizerBusy
 from pdserve.router.request_state import Inflight, RequestState, total_usage
@@ -36,12 +36,13 @@ from pdserve.router.streams import merge
 from pdserve.router.tenancy import TenantLimitExceeded, TenantLimits, TenantSalts, internal_id
 from pdserve.router.tokenize import TokenizeRPCs
 from pdserve.router.tokens import TokenPieces
-from pdserve.router.upstream import UpstreamError, prefill_with_retries, resumable_decode, start_prefetch
+from pdserve.router.upstream import LeaseLost, UpstreamError, prefill_with_retries, resumable_decode, start_prefetch
 from pdserve.router.workers import WorkerPool
 from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_pb2_grpc
 
 log = logging.getLogger("pdserve.router")
 MAX_ABORT_IDS = 1024
+LEASE_ATTEMPTS = 2  # a request's lease made again once when a kvstore lost it (restarted) during prefill
 
 
 @dataclass
@@ -220,15 +221,9 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         # the router creates the request's lease and holds it (and a copy per extra sample) until the request ends,
         # e.g. cancelled between prefill and decode; prefill stores under it, decode releases it once it has the KV
         async with contextlib.AsyncExitStack() as leases:
-            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s))
-            prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
-                                                         lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
-                                                         cache_salt=salt)
-            prefetched_on, prefetch = (self._prefetch(request_id, ids, keys, lease, context, track) if n == 1
-                                       else ("", None))
+            lease, reply, prefetched_on, prefetch = await self._prefill(leases, request_id, ids, keys, sampling, salt,
+                                                                        n, context, track)
             try:
-                reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
-                                                   self.config.prefill_retries, context.time_remaining(), track)
                 firsts = [reply.first, *reply.forks]
                 for state in samples:
                     state.took_prefill(reply)
@@ -252,6 +247,32 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             finally:
                 if prefetch is not None:
                     prefetch.cancel()  # no-op once done; else the worker drops a copy nobody will take
+
+    async def _prefill(self, leases: contextlib.AsyncExitStack, request_id: str, ids: list[int], keys: list[str],
+                       sampling: common_pb2.SamplingParams, salt: str, n: int, context, track):
+        """Make the request's lease (held in ``leases``), start a decode worker prefetching (one sample) and prefill
+        under the lease, kept renewed meanwhile. A lease a kvstore lost (it restarted after the lease was made) is made
+        again and the prompt prefilled once more, without the prefetch, which waits under the first lease's name.
+        Returns (lease, prefill's reply, the prefetching worker or "", the prefetch call or None)."""
+        for attempt in range(LEASE_ATTEMPTS):
+            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s))
+            prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
+                                                         lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
+                                                         cache_salt=salt)
+            prefetched_on, prefetch = (self._prefetch(request_id, ids, keys, lease, context, track)
+                                       if n == 1 and not attempt else ("", None))
+            try:
+                async with lease.keep(renew_now=False):  # a prefill that waits in a queue past the lease's TTL
+                    reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
+                                                       self.config.prefill_retries, context.time_remaining(), track)
+                return lease, reply, prefetched_on, prefetch
+            except BaseException as exc:
+                if prefetch is not None:
+                    prefetch.cancel()
+                if not isinstance(exc, LeaseLost) or attempt + 1 == LEASE_ATTEMPTS:
+                    raise
+                RETRIES.labels("lease").inc()
+        raise AssertionError("unreachable")
 
     def _prefetch(self, request_id: str, ids: list[int], keys: list[str], lease: KVLease, context,
                   track) -> tuple[str, grpc.aio.Call | None]:

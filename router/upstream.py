@@ -3,8 +3,10 @@
 A prefill that fails with UNAVAILABLE (worker down) or RESOURCE_EXHAUSTED (queue full) moves to another worker. A
 decode worker that is UNAVAILABLE before it streamed anything is replaced by another (the KV still waits, leased, in
 the kvstore). A decode worker that goes away after streaming (UNAVAILABLE: it died; CANCELLED: it stopped) raises
-:class:`StreamInterrupted`, and the service resumes the request elsewhere by recomputation. Every move is counted in
-``pdserve_router_retries_total{phase}`` (phase prefill, decode or resume). What a client is told of a failure names
+:class:`StreamInterrupted`, and the service resumes the request elsewhere by recomputation. A prefill whose kvstore no
+longer knows the request's lease (it restarted, empty) raises :class:`LeaseLost`, and the service makes a new lease and
+prefills again. Every move is counted in ``pdserve_router_retries_total{phase}`` (phase prefill, lease, decode or
+resume). What a client is told of a failure names
 the role, never a worker's address (``common/redact.py``); the router's log has the rest.
 """
 
@@ -18,6 +20,7 @@ import grpc
 
 from pdserve.common.redact import public_message, without_addresses
 from pdserve.common.server import request_metadata
+from pdserve.kvstore.client import lease_unknown
 from pdserve.router.metrics import RETRIES, ROUTED
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.router.request_state import RequestState
@@ -40,6 +43,13 @@ class UpstreamError(Exception):
         super().__init__(message)
         self.code = code
         self.overloaded = overloaded  # the workers are full now: worth retrying later
+
+
+class LeaseLost(UpstreamError):
+    """Prefill could not store under the request's lease: a kvstore does not know it (restarted since it was made)."""
+
+    def __init__(self) -> None:  # the client's text: the lease id is an internal capability, never shown
+        super().__init__(grpc.StatusCode.UNAVAILABLE, "kvstore: the request's KV lease was lost (a kvstore restarted)")
 
 
 def _untracked(call: grpc.aio.Call) -> None:
@@ -89,6 +99,9 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
                     continue
                 if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     continue
+                if lease_unknown(err):
+                    log.warning("prefill worker %s: %s", worker.target, err.details())
+                    raise LeaseLost() from err
                 raise UpstreamError(err.code(), public_message("prefill", err.code(), err.details())) from err
             finally:
                 worker.inflight -= 1

@@ -209,6 +209,38 @@ def test_service_sharded_put_get_lookup(small_kvstores):
     run(scenario())
 
 
+def test_a_shard_that_does_not_know_the_lease_holds_nothing_of_it(small_kvstores):
+    """The lease is made on shard 0 only, as when shard 1 was down then or has restarted since (empty): Puts under it
+    go to shard 0 for every key, an Acquire counts none on shard 1, and a waiting Get there answers at once and moves
+    on; a lease no shard knows fails FAILED_PRECONDITION, told apart by ``lease_unknown``."""
+    from pdserve.kvstore.client import lease_unknown
+
+    targets = [p.target for p in small_kvstores.kvstores]
+
+    async def scenario():
+        kv = Roles(small_kvstores, targets)
+        only_shard_0 = small_kvstores.kv_client("router", targets=targets[:1])
+        try:
+            keys = [f"half-known-{i}" for i in range(64)]
+            keys = [k for k in keys if kv.prefill.shard_of(k) == 1][:3] + [k for k in keys if kv.prefill.shard_of(k) == 0][:1]
+            blocks = [BlockData(key, 1, bytes([i + 1]) * 40) for i, key in enumerate(keys)]
+            await only_shard_0.create_lease("half", 60)
+            assert await kv.prefill.acquire(keys, "half", 60) == 0  # shard 1 holds nothing of it: the first key's
+            on_shard_1 = (await kv.test.stats())[1].blocks
+            assert await kv.prefill.put(blocks, "half", 60) == 4
+            assert (await kv.test.stats())[1].blocks == on_shard_1  # all went to shard 0
+            got = await asyncio.wait_for(kv.prefill.get(keys, lease_id="half", wait_s=600), 120)
+            assert [g.data for g in got] == [b.data for b in blocks]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await kv.prefill.put(blocks[:1], "nobody-made-this", 60)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and lease_unknown(err.value)
+            await kv.router.release("half")
+        finally:
+            await asyncio.gather(kv.close(), only_shard_0.close())
+
+    run(scenario())
+
+
 def test_service_rejects_bad_input(small_kvstores):
     target = small_kvstores.kvstores[0].target
 
