@@ -21,19 +21,19 @@ async def request_lease(kv: KVStoreClient | None, ttl_s: float) -> KVLease:
     """The request's lease, created before prefill stores under it. With every kvstore shard unavailable (one
     restarting) it is tried again after a pause, as a prefill pool is. A kvstore at its lease quota is overload (the
     client is told to retry)."""
-    for round_ in range(UNAVAILABLE_ROUNDS):
-        if round_:
-            await asyncio.sleep(ROUND_PAUSE_S * round_)
+    rounds = 0
+    while True:
         try:
             return await KVLease.create(kv, ttl_s)
         except grpc.aio.AioRpcError as err:
             log.warning("kvstore: lease not created: %s: %s", err.code().name, err.details())
-            if err.code() == grpc.StatusCode.UNAVAILABLE and round_ + 1 < UNAVAILABLE_ROUNDS:
+            rounds += 1
+            if err.code() == grpc.StatusCode.UNAVAILABLE and rounds < UNAVAILABLE_ROUNDS:
+                await asyncio.sleep(ROUND_PAUSE_S * rounds)
                 continue
             full = err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             raise UpstreamError(err.code() if full else grpc.StatusCode.UNAVAILABLE,
                                 public_message("kvstore", err.code(), err.details()), overloaded=full) from err
-    raise AssertionError("unreachable")
 
 
 async def sample_lease(lease: KVLease, handle: common_pb2.KVHandle, sample: int) -> KVLease:

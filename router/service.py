@@ -254,13 +254,15 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         under the lease, kept renewed meanwhile. A lease a kvstore lost (it restarted after the lease was made) is made
         again and the prompt prefilled once more, without the prefetch, which waits under the first lease's name.
         Returns (lease, prefill's reply, the prefetching worker or "", the prefetch call or None)."""
-        for attempt in range(LEASE_ATTEMPTS):
+        attempts = 0
+        while True:
+            attempts += 1
             lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s))
             prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                          lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
                                                          cache_salt=salt)
             prefetched_on, prefetch = (self._prefetch(request_id, ids, keys, lease, context, track)
-                                       if n == 1 and not attempt else ("", None))
+                                       if n == 1 and attempts == 1 else ("", None))
             try:
                 async with lease.keep(renew_now=False):  # a prefill that waits in a queue past the lease's TTL
                     reply = await prefill_with_retries(self.prefill, self.policy, prefill_request, keys,
@@ -269,10 +271,9 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             except BaseException as exc:
                 if prefetch is not None:
                     prefetch.cancel()
-                if not isinstance(exc, LeaseLost) or attempt + 1 == LEASE_ATTEMPTS:
+                if not isinstance(exc, LeaseLost) or attempts == LEASE_ATTEMPTS:
                     raise
                 RETRIES.labels("lease").inc()
-        raise AssertionError("unreachable")
 
     def _prefetch(self, request_id: str, ids: list[int], keys: list[str], lease: KVLease, context,
                   track) -> tuple[str, grpc.aio.Call | None]:

@@ -149,13 +149,14 @@ def test_a_decode_cancelled_while_its_blocks_arrive_is_counted_as_an_abort(chunk
     prompt = list(range(11, 81))
     reply = _prefill(chunked_stack, prompt)
     never = [f"never-{i}" for i in range(len(reply.kv.block_keys))]
+    never_lease = router_lease(chunked_stack, 60)  # (a Get under a lease nobody made is NOT_FOUND at once)
     decode = chunked_stack.decodes[0]
     aborts = ("pdserve_decode_requests_total", (("finished_reason", "abort"),))
     before = chunked_stack.scrape(decode).get(aborts, 0.0)
 
     async def scenario():
         async with chunked_stack.aio_channel(decode, "router") as ch:
-            call = decode_pb2_grpc.DecodeStub(ch).Decode(_early_request(prompt, reply, never, "never-lease"))
+            call = decode_pb2_grpc.DecodeStub(ch).Decode(_early_request(prompt, reply, never, never_lease))
             await asyncio.to_thread(wait_until, lambda: _waiting_gets(chunked_stack) == 1, 30, "decode waiting")
             call.cancel()
 
