@@ -22,7 +22,8 @@ import contextlib
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 import grpc
 
@@ -32,6 +33,7 @@ log = logging.getLogger("pdserve.kvstore.lease")
 
 DEFAULT_LEASE_TTL_S = 30.0  # how long prefilled KV waits, leased, for a decode worker
 _background: set[asyncio.Task] = set()  # releases started while their holder was cancelled
+T = TypeVar("T")
 
 
 class KVLease:
@@ -48,7 +50,7 @@ class KVLease:
         """A lease under a fresh random id, made in the kvstore (holding nothing yet) for one request."""
         lease = cls(kv, uuid.uuid4().hex, ttl_s)
         if kv is not None:
-            await kv.create_lease(lease.lease_id, ttl_s)
+            await lease._made_or_released(kv.create_lease(lease.lease_id, ttl_s))
         return lease
 
     async def acquire(self, keys: list[str]) -> int:
@@ -59,7 +61,8 @@ class KVLease:
         """A second lease, created now, on every one of ``keys`` (for another holder), or None (and nothing held) if
         some are gone."""
         other = KVLease(self.kv, lease_id, self.ttl_s)
-        if not keys or await self.kv.acquire(keys, lease_id, self.ttl_s, create=True) < len(keys):
+        if not keys or await other._made_or_released(self.kv.acquire(keys, lease_id, self.ttl_s, create=True)) \
+                < len(keys):
             await other.release()
             return None
         return other
@@ -94,6 +97,31 @@ class KVLease:
             expires = sent + self.ttl_s  # the kvstore moved the deadline after ``sent``
             await asyncio.sleep(max(0.0, expires - self.ttl_s * 2 / 3 - loop.time()))
 
+    async def _made_or_released(self, making: Awaitable[T]) -> T:
+        """Await the kvstore making this lease. Should that fail, or the caller be cancelled meanwhile (a client
+        that went away), the lease is released in the background once the kvstore has answered: it may exist on some
+        shard by then, and nobody else knows its id. Waiting for the answer first keeps the release from overtaking
+        the make."""
+        making = asyncio.ensure_future(making)
+        try:
+            return await asyncio.shield(making)
+        except asyncio.CancelledError:
+            making.add_done_callback(self._release_once_answered)
+            raise
+        except BaseException:
+            self._release_in_background()
+            raise
+
+    def _release_once_answered(self, making: asyncio.Future) -> None:
+        if not making.cancelled():
+            making.exception()  # retrieved: a failed make is no news to anyone, the release follows either way
+        self._release_in_background()
+
+    def _release_in_background(self) -> None:
+        task = asyncio.ensure_future(self.release())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
     def hand_over(self) -> None:
         """The lease goes on to another holder (decode, through the KV handle): leaving the block keeps it."""
         self.handed_over = True
@@ -114,8 +142,6 @@ class KVLease:
         if self.handed_over:
             return
         if exc_type is not None and issubclass(exc_type, (asyncio.CancelledError, GeneratorExit)):
-            task = asyncio.ensure_future(self.release())  # the holder is going away: release without waiting
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            self._release_in_background()  # the holder is going away: release without waiting
         else:
             await self.release()

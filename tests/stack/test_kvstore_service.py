@@ -241,6 +241,50 @@ def test_a_shard_that_does_not_know_the_lease_holds_nothing_of_it(small_kvstores
     run(scenario())
 
 
+def _answer_held(acquire, answered: list, read_on: asyncio.Event):
+    """``acquire`` whose answer, once in, waits for ``read_on`` before the caller reads it: the kvstore has made the
+    lease and the maker has not heard (a client that goes away then cancels the maker)."""
+    async def held(request, timeout=None):
+        reply = await acquire(request, timeout=timeout)
+        answered.append(reply)
+        await read_on.wait()
+        return reply
+    return held
+
+
+def test_a_lease_whose_maker_was_cancelled_before_the_answer_is_released(small_kvstores):
+    """The router was cancelled (its client went away) after the kvstore made the request's lease and before it read
+    the answer: the lease is released once the answer is in, not held, known to nobody, until its TTL (60 s here)."""
+    from pdserve.kvstore.lease import KVLease
+
+    targets = [p.target for p in small_kvstores.kvstores]
+
+    async def scenario():
+        kv = Roles(small_kvstores, targets)
+        answered, read_on = [], asyncio.Event()
+        for stub in kv.router.stubs:
+            stub.Acquire = _answer_held(stub.Acquire, answered, read_on)
+        try:
+            before = sum(s.leases for s in await kv.test.stats())
+            making = asyncio.create_task(KVLease.create(kv.router, 60))
+            while len(answered) < len(targets):
+                await asyncio.sleep(0.01)
+            assert sum(s.leases for s in await kv.test.stats()) == before + len(targets)  # made on every shard
+            making.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await making
+            read_on.set()  # the answer reaches the cancelled maker
+
+            async def released() -> None:
+                while sum(s.leases for s in await kv.test.stats()) != before:
+                    await asyncio.sleep(0.05)
+            await asyncio.wait_for(released(), 30)
+        finally:
+            await kv.close()
+
+    run(scenario())
+
+
 def test_service_rejects_bad_input(small_kvstores):
     target = small_kvstores.kvstores[0].target
 
