@@ -20,7 +20,10 @@ import csv
 import itertools
 import json
 import math
+import multiprocessing
+import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,8 +171,16 @@ def replay(row: dict) -> Replay:
     return out
 
 
-def validate(path: Path = DATA, only: set[str] | None = None) -> list[Replay]:
-    return [replay(r) for r in rows(path) if not only or r["id"] in only]
+def validate(path: Path = DATA, only: set[str] | None = None, jobs: int = 0) -> list[Replay]:
+    """Every row (or those in ``only``) replayed, in the file's order, on ``jobs`` processes (0: one per core); each
+    replay is a whole simulated benchmark run, independent of the others."""
+    chosen = [r for r in rows(path) if not only or r["id"] in only]
+    jobs = min(jobs or len(os.sched_getaffinity(0)), len(chosen))
+    if jobs <= 1:
+        return [replay(r) for r in chosen]
+    # spawned, not forked: the caller may hold gRPC channels or threads, which a fork copies badly
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(replay, chosen, chunksize=1))
 
 
 def _cell(f: Figure | None) -> str:
@@ -273,8 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="", help="only these row ids, comma separated")
     ap.add_argument("--json", action="store_true", help="every figure of every row as JSON")
     ap.add_argument("--markdown", action="store_true", help="the tables as docs/validation.md shows them")
+    ap.add_argument("--jobs", type=int, default=0, help="processes replaying rows (default: one per core)")
     a = ap.parse_args(argv)
-    replays = validate(only={x.strip() for x in a.rows.split(",") if x.strip()} or None)
+    if a.jobs < 0:
+        ap.error("--jobs: 0 (one per core) or more")
+    replays = validate(only={x.strip() for x in a.rows.split(",") if x.strip()} or None, jobs=a.jobs)
     if a.json:
         print(json.dumps([{"id": r.row_id, "split": r.split, "not_modeled": r.note, "setup": r.setup,
                            "figures": [f.__dict__ | {"error": f.error} for f in r.figures]} for r in replays],

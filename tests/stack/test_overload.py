@@ -65,13 +65,17 @@ def test_cancellation_storm_leaves_nothing_held(stack_and_workload):
     releases count) zero leases, zero decode KV blocks and sequences, zero router requests in flight, and memory
     within the bound."""
     stack, workload = stack_and_workload
-    n, concurrency = 120, MAX_INFLIGHT  # at the router's limit, so nothing is shed: every request runs or is cancelled
+    n, concurrency = 120, MAX_INFLIGHT  # at the router's limit: every request runs or is cancelled, but see below
     asyncio.run(storm(stack.router_target, workload, 30, concurrency, 1 / 3, seed=1))  # warm-up
     wait_idle(stack, 15)
     rss_before = {p.name: rss_mb(p.popen.pid) for p in stack.processes}
     row = asyncio.run(storm(stack.router_target, workload, n, concurrency, 1 / 3, seed=2))
     assert row.sent == n and row.answers["cancelled"] >= n // 6
-    assert row.answers["correct"] + row.answers["cancelled"] == n, row  # nothing lost, duplicated, wrong or shed
+    # a cancelled call is over for its client at once, and its next request may reach the router before the router
+    # has seen the cancellation and freed the slot: that one is shed (RESOURCE_EXHAUSTED with advice), a clean answer
+    shed = row.codes["RESOURCE_EXHAUSTED"]
+    assert set(row.codes) <= {"RESOURCE_EXHAUSTED"} and shed <= n // 10, row
+    assert row.answers["correct"] + row.answers["cancelled"] + shed == n, row  # nothing lost, duplicated or wrong
     assert wait_idle(stack, 15) == (0, 0, 0)  # kvstore leases, decode blocks + sequences, router in flight
     leased = stack.scrape(stack.kvstores[0])[("pdserve_kvstore_leased_blocks", ())]
     assert leased == 0

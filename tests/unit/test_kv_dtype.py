@@ -88,7 +88,7 @@ def test_decode_attention_reads_16_bit_values_in_float32(kv_dtype):
     """The compiled attention over a 16-bit slab equals float64 attention over the same (rounded) values."""
     rng = np.random.default_rng(2)
     n_slots, n_kv, group, dim, capacity = 4, 3, 3, 16, 40
-    dtype = KV_DTYPES[kv_dtype]
+    dtype = kv_numpy_dtype(kv_dtype)
     keys = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32).astype(dtype)
     values = rng.standard_normal((n_slots, n_kv, capacity, dim)).astype(np.float32).astype(dtype)
     slots, lengths = np.array([2, 0, 3]), np.array([40, 7, 19])
@@ -121,7 +121,7 @@ def test_the_model_on_a_16_bit_cache_stays_close_to_float32_and_keeps_it(runtime
         for token in (12, 60, 7):
             slab.place(kv, kv.length + 1)
             rows.append(rt.model.decode_step([kv], [token], slab)[0])
-        assert kv.k.dtype == slab.k.dtype == KV_DTYPES[name]
+        assert kv.k.dtype == slab.k.dtype == kv_numpy_dtype(name)
         logits[name] = np.array(rows)
     scale = np.abs(logits["float32"]).max()
     tolerance = {"float16": 2e-3, "bfloat16": 2e-2}[kv_dtype]  # 11 and 8 significant bits
@@ -144,7 +144,7 @@ def test_an_unknown_dtype_is_refused_naming_the_choices(tiny_model_path):
 @pytest.mark.parametrize("kv_dtype", SIXTEEN)
 def test_a_16_bit_block_with_inf_or_nan_is_refused(tiny_runtime, kv_dtype):
     c = tiny_runtime.config
-    dtype = KV_DTYPES[kv_dtype]
+    dtype = kv_numpy_dtype(kv_dtype)
     n = block_nbytes(c, 4, kv_dtype) // 2
     big = np.full(n, 60000.0 if kv_dtype == "float16" else 3e38, np.float32).astype(dtype)  # the largest finite
     SequenceKV(c, kv_dtype=kv_dtype).append_block(big.tobytes(), 4, kv_dtype)
