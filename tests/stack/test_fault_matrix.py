@@ -18,7 +18,7 @@ def matrix(tiny_model_path, tiny_runtime):
     workload = make_workload(tiny_runtime.config.vocab_size, n=8, max_tokens=16)
     with Stack(matrix_spec(str(tiny_model_path))) as stack:
         asyncio.run(fault_free(stack.router_target, workload))
-        rows = run_matrix(stack, workload, list(FAULTS), concurrency=4, before_s=1.5, after_s=3.0)
+        rows = run_matrix(stack, workload, list(FAULTS), concurrency=4, before_s=1.0, after_s=2.5)
     print("\n" + format_table(rows))
     return {r.fault: r for r in rows}
 

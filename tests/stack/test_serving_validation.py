@@ -1,7 +1,7 @@
 """The simulator against every replayable public serving run (python -m pdserve.sim.validate): held-out rows within
 the goals (duration and throughput +-15%, mean TTFT and mean TPOT +-25%) except the named misses, each with its
 mechanism, and no error that grows with load or prompt length. Not a stack test in the services sense: it lives here
-because it simulates ~45 full benchmark runs (about a minute of one core), too slow for tests/unit."""
+because it simulates ~45 full benchmark runs (about a minute of CPU, spread over the cores), too slow for tests/unit."""
 
 from __future__ import annotations
 
