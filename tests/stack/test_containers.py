@@ -121,11 +121,13 @@ def test_compose_stack_serves_and_is_scraped(image_env):
         raise
     finally:
         run(compose + ["down", "-v", "-t", "10"], env, check=False, timeout=300)
-        # compose down knows the file's replica count, not a --scale beyond it: remove the rest by label
+        # compose down knows the file's replica count, not a --scale beyond it, and a container another depends on
+        # (kvstore, identities) is not removed while the extra replica stands: remove the rest by label, with what
+        # depends on each (podman removes the listed ones in its own order and stops at a dependency)
         label = f"label=io.podman.compose.project={project}"
         extra = run(["podman", "ps", "-aq", "--filter", label], env).stdout.split()
         if extra:
-            run(["podman", "rm", "-f", "-t", "10", *extra], env, check=False)
+            run(["podman", "rm", "-f", "-t", "10", "--depend", *extra], env, check=False)
         run(["podman", "network", "rm", "-f", f"{project}_default"], env, check=False)
         left = run(["podman", "ps", "-aq", "--filter", label], env).stdout
         assert not left.strip(), f"containers left behind: {left}"
