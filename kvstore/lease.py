@@ -61,8 +61,8 @@ class KVLease:
         """A second lease, created now, on every one of ``keys`` (for another holder), or None (and nothing held) if
         some are gone."""
         other = KVLease(self.kv, lease_id, self.ttl_s)
-        if not keys or await other._made_or_released(self.kv.acquire(keys, lease_id, self.ttl_s, create=True)) \
-                < len(keys):
+        held = await other._made_or_released(self.kv.acquire(keys, lease_id, self.ttl_s, create=True)) if keys else 0
+        if not keys or held < len(keys):
             await other.release()
             return None
         return other

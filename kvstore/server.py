@@ -16,6 +16,7 @@ from pdserve.kvstore.lease_rpcs import LeaseRPCs
 from pdserve.kvstore.put import PutRPC
 from pdserve.kvstore.store import (
     MAX_WAIT_S,
+    UNKNOWN_LEASE,
     Block,
     BlockStore,
     ChecksumMismatch,
@@ -124,7 +125,7 @@ class KVStoreService(PutRPC, LeaseRPCs, kvstore_pb2_grpc.KVStoreServicer):
         while not self.store.held(key, lease_id):
             if not self.store.knows_lease(lease_id):
                 metrics.MISSES.labels("get").inc()
-                await context.abort(grpc.StatusCode.NOT_FOUND, f"lease_id: no lease {lease_id} on this kvstore")
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"{UNKNOWN_LEASE} {lease_id} on this kvstore")
             if lease_id in self.store.released:
                 metrics.MISSES.labels("get").inc()
                 await context.abort(grpc.StatusCode.ABORTED,
