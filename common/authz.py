@@ -16,6 +16,7 @@ from contextvars import ContextVar
 import grpc
 from prometheus_client import Counter
 
+from pdserve.common.client_stream import refuse_after_stream
 from pdserve.common.identity import ROLES, role_from_spiffe
 
 ANY = frozenset(ROLES)
@@ -56,18 +57,25 @@ def allowed_roles(method: str) -> frozenset[str]:
 def wrap_handler(handler: grpc.RpcMethodHandler,
                  before: Callable[[grpc.aio.ServicerContext], Awaitable[None]]) -> grpc.RpcMethodHandler:
     """A handler of the same shape as ``handler`` that awaits ``before(context)`` first (which may abort the call,
-    or set context variables the handler reads), then runs ``handler``."""
+    or set context variables the handler reads), then runs ``handler``. A call with a request stream that ``before``
+    aborts ends once the client has finished writing (:mod:`common.client_stream`)."""
     kind = ("unary_unary" if handler.unary_unary else "unary_stream" if handler.unary_stream
             else "stream_unary" if handler.stream_unary else "stream_stream")
     behavior = getattr(handler, kind)
+
+    async def check(request, context) -> None:
+        if kind.startswith("stream_"):  # a client stream is refused once the client has finished writing
+            await refuse_after_stream(before, request, context)
+        else:
+            await before(context)
     if kind in ("unary_stream", "stream_stream") and inspect.isasyncgenfunction(behavior):
         async def wrapped(request, context):
-            await before(context)
+            await check(request, context)
             async for message in behavior(request, context):
                 yield message
     else:  # a coroutine: a unary response, or a stream written with context.write (health's Watch)
         async def wrapped(request, context):
-            await before(context)
+            await check(request, context)
             return await behavior(request, context)
     make = getattr(grpc, f"{kind}_rpc_method_handler")
     return make(wrapped, request_deserializer=handler.request_deserializer,

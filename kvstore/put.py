@@ -12,6 +12,7 @@ import os
 
 import grpc
 
+from pdserve.common.client_stream import refuse_after_stream
 from pdserve.common.status import abort_code, abort_exhausted
 from pdserve.kvstore import metrics, shm
 from pdserve.kvstore.store import ChecksumMismatch, MacMismatch, StoreFull, UnknownLease
@@ -24,7 +25,7 @@ MAX_DTYPE_CHARS = 16  # BlockHeader.kv_dtype: a name such as "bfloat16", stored 
 class PutRPC:
     async def Put(self, request_iterator, context):
         with metrics.OP_SECONDS.labels("put").time():
-            return await self._put(request_iterator, context)
+            return await refuse_after_stream(lambda ctx: self._put(request_iterator, ctx), request_iterator, context)
 
     async def _put(self, request_iterator, context):
         """Store the blocks of one Put stream. The bytes of a block still arriving are charged to the budget as they
