@@ -47,6 +47,10 @@ class DataPart:
     def HasField(name: str) -> bool:  # noqa: N802 (reads like the protobuf message it stands for)
         return name == "data"
 
+    def ByteSize(self) -> int:  # noqa: N802
+        """The size of the message as received."""
+        return len(self.raw)
+
 
 class InlineBlock:
     """A received header that carries its block's bytes (``BlockHeader.data``): one message for a whole block.
@@ -65,6 +69,10 @@ class InlineBlock:
     @staticmethod
     def HasField(name: str) -> bool:  # noqa: N802
         return name == "header"
+
+    def ByteSize(self) -> int:  # noqa: N802
+        """The size of the message as received (the parsed message's would leave out the block's bytes)."""
+        return len(self.part.raw)
 
 
 class WireBlock:

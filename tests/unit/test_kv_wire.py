@@ -30,7 +30,7 @@ def test_encoded_data_is_what_protobuf_writes_and_reads(size):
     if size:  # (an empty data message serializes to nothing at all)
         part = decoder(kvstore_pb2.PutChunk)(raw)
         assert isinstance(part, DataPart) and part.raw is raw  # a view of the received bytes, no copy
-        assert part.data == payload
+        assert part.data == payload and part.ByteSize() == len(raw)  # as a message's (a refused Put's drain)
 
 
 @pytest.mark.parametrize("size", [1, 300, CHUNK_BYTES])
@@ -46,6 +46,7 @@ def test_a_block_in_its_header_is_what_protobuf_writes_and_reads(size):
     part = decoder(kvstore_pb2.GetChunk)(raw)
     assert isinstance(part, InlineBlock) and part.whole and part.HasField("header")
     assert part.header == header and part.part.raw is raw and part.part.data == payload  # a view, no copy
+    assert part.ByteSize() == len(raw)
     block = BlockAssembler(size)
     assert block.add(part) and block.complete and block.block().whole
     assert list(chunks_of(header, block.block(), kvstore_pb2.GetChunk)) == [raw]  # sent back as it came
