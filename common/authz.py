@@ -16,7 +16,7 @@ from contextvars import ContextVar
 import grpc
 from prometheus_client import Counter
 
-from pdserve.common.client_stream import refuse_after_stream
+from pdserve.common.client_stream import RefusingContext, refuse_after_stream
 from pdserve.common.identity import ROLES, role_from_spiffe
 
 ANY = frozenset(ROLES)
@@ -55,16 +55,18 @@ def allowed_roles(method: str) -> frozenset[str]:
 
 
 def wrap_handler(handler: grpc.RpcMethodHandler,
-                 before: Callable[[grpc.aio.ServicerContext], Awaitable[None]]) -> grpc.RpcMethodHandler:
+                 before: Callable[[grpc.aio.ServicerContext | RefusingContext], Awaitable[None]],
+                 ) -> grpc.RpcMethodHandler:
     """A handler of the same shape as ``handler`` that awaits ``before(context)`` first (which may abort the call,
-    or set context variables the handler reads), then runs ``handler``. A call with a request stream that ``before``
-    aborts ends once the client has finished writing (:mod:`common.client_stream`)."""
+    or set context variables the handler reads), then runs ``handler``. A client-streaming call that ``before``
+    aborts ends once the client has finished writing (:mod:`common.client_stream`); there ``before`` is given a
+    :class:`RefusingContext`."""
     kind = ("unary_unary" if handler.unary_unary else "unary_stream" if handler.unary_stream
             else "stream_unary" if handler.stream_unary else "stream_stream")
     behavior = getattr(handler, kind)
 
     async def check(request, context) -> None:
-        if kind.startswith("stream_"):  # a client stream is refused once the client has finished writing
+        if kind == "stream_unary":  # a client stream is refused once the client has finished writing
             await refuse_after_stream(before, request, context)
         else:
             await before(context)

@@ -8,17 +8,24 @@ moving to the next shard), would read as INTERNAL in a few calls out of a hundre
 
 So a refusal of a client stream is answered once the client has finished writing: the handler runs with a context
 whose ``abort`` raises :class:`Refusal` (the handler's own cleanup runs as the exception passes through it), then
-the rest of the stream is read and dropped, at most :data:`DRAIN_MAX_BYTES` within :data:`DRAIN_MAX_S`, and only
-then does the call end with the refusal's status. A client that keeps writing past those bounds is cut off anyway.
+the rest of the stream is read and dropped, at most :data:`DRAIN_MAX_BYTES` within :data:`DRAIN_MAX_S` per call,
+and only then does the call end with the refusal's status. A client that keeps writing past those bounds, or whose
+stream cannot be read, is cut off at once (and may see INTERNAL).
+
+Only for request streams that end in one reply (stream-unary): a bidirectional stream's client may wait for replies
+before it half-closes, so draining it would only delay the refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
+
+log = logging.getLogger(__name__)
 
 DRAIN_MAX_BYTES = 256 << 20  # a refused Put's blocks over the socket: a 2,048-token chunk of SmolLM2 is ~94 MB
 DRAIN_MAX_S = 5.0
@@ -35,7 +42,7 @@ class Refusal(Exception):
 
 
 class RefusingContext:
-    """The servicer context, except that ``abort`` raises :class:`Refusal` instead of ending the call."""
+    """The servicer context, except that aborting raises :class:`Refusal` instead of ending the call."""
 
     def __init__(self, context: grpc.aio.ServicerContext) -> None:
         self._context = context
@@ -43,22 +50,33 @@ class RefusingContext:
     def __getattr__(self, name: str):
         return getattr(self._context, name)
 
-    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple = ()) -> None:
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple = ()) -> NoReturn:
         raise Refusal(code, details, trailing_metadata)
+
+    async def abort_with_status(self, status: grpc.Status) -> NoReturn:
+        raise Refusal(status.code, status.details, status.trailing_metadata)
+
+
+def _received_bytes(message) -> int:
+    return len(message) if isinstance(message, (bytes, memoryview)) else message.ByteSize()
 
 
 async def drain(requests: AsyncIterator, max_bytes: int = DRAIN_MAX_BYTES, max_s: float = DRAIN_MAX_S) -> bool:
-    """Read and drop what is left of a request stream; False if it was still going at either bound."""
+    """Read and drop what is left of a request stream; False if it was still going at either bound, or could not
+    be read (a message that does not parse: the refusal is sent anyway)."""
     async def read_to_end() -> bool:
         received = 0
         async for message in requests:
-            received += message.ByteSize()
+            received += _received_bytes(message)
             if received > max_bytes:
                 return False
         return True
     try:
         return await asyncio.wait_for(read_to_end(), max_s)
     except TimeoutError:
+        return False
+    except Exception as exc:  # noqa: BLE001 (whatever the rest of the stream holds, the refusal stands)
+        log.debug("a refused request stream could not be drained: %r", exc)
         return False
 
 
@@ -68,5 +86,7 @@ async def refuse_after_stream(run: Callable[[RefusingContext], Awaitable[T]], re
     try:
         return await run(RefusingContext(context))
     except Refusal as refusal:
-        await drain(requests)
+        if not await drain(requests):
+            log.info("a refused request stream was cut off before its end (%s)", refusal)
         await context.abort(refusal.code, refusal.details, refusal.trailing_metadata)
+        raise AssertionError("context.abort returned") from refusal

@@ -24,8 +24,10 @@ MAX_DTYPE_CHARS = 16  # BlockHeader.kv_dtype: a name such as "bfloat16", stored 
 
 class PutRPC:
     async def Put(self, request_iterator, context):
-        with metrics.OP_SECONDS.labels("put").time():
-            return await refuse_after_stream(lambda ctx: self._put(request_iterator, ctx), request_iterator, context)
+        async def timed(ctx):  # the Put itself: a refused one's drain is not the store's time
+            with metrics.OP_SECONDS.labels("put").time():
+                return await self._put(request_iterator, ctx)
+        return await refuse_after_stream(timed, request_iterator, context)
 
     async def _put(self, request_iterator, context):
         """Store the blocks of one Put stream. The bytes of a block still arriving are charged to the budget as they

@@ -7,6 +7,7 @@ import grpc
 import pytest
 
 from pdserve.common.client_stream import RefusingContext, drain, refuse_after_stream
+from pdserve.common.status import rich_status
 
 
 class Message:
@@ -90,3 +91,64 @@ def test_the_drain_stops_at_its_bounds():
     assert asyncio.run(drain(too_big, max_bytes=1000)) is False and too_big.read == 11
     endless = Requests(0, endless=True)
     assert asyncio.run(drain(endless, max_bytes=1 << 60, max_s=0.05)) is False and endless.read > 0
+
+
+class Broken(Requests):
+    """A stream whose third message cannot be read (as a message that does not parse)."""
+
+    async def __anext__(self) -> Message:
+        if self.read == 2:
+            raise ValueError("Error parsing message")
+        return await super().__anext__()
+
+
+def test_a_stream_that_cannot_be_drained_is_refused_anyway():
+    requests, context = Broken(10), Context()
+
+    async def handler(ctx) -> None:
+        await ctx.abort_with_status(rich_status(grpc.StatusCode.PERMISSION_DENIED, "Put: not allowed"))
+    with pytest.raises(grpc.aio.AbortError):
+        asyncio.run(refuse_after_stream(handler, requests, context))
+    assert context.aborted[:2] == (grpc.StatusCode.PERMISSION_DENIED, "Put: not allowed")
+    assert asyncio.run(drain(Requests(3))) and asyncio.run(drain(iter_bytes([b"ab", b"cde"]), max_bytes=4)) is False
+
+
+async def iter_bytes(items: list[bytes]):
+    for item in items:
+        yield item
+
+
+def test_the_authorizer_drains_a_client_stream_it_refuses_and_only_that_kind():
+    """wrap_handler: a refused stream-unary call is drained before its status; the check's context variable is seen
+    by the handler it lets through; a bidirectional stream is refused at once (its client may await replies)."""
+    from contextvars import ContextVar
+
+    from pdserve.common.authz import wrap_handler
+
+    role: ContextVar[str] = ContextVar("role", default="")
+
+    async def check(ctx) -> None:
+        if ctx.peer() != "ipv4:127.0.0.1:1":
+            await ctx.abort(grpc.StatusCode.PERMISSION_DENIED, "no")
+        role.set("prefill")
+
+    async def put(requests, ctx) -> str:
+        return f"stored by {role.get()}"
+    handler = wrap_handler(grpc.stream_unary_rpc_method_handler(put), check)
+    assert asyncio.run(handler.stream_unary(Requests(4), Context())) == "stored by prefill"
+
+    stranger, requests = Context(), Requests(4)
+    stranger.peer = lambda: "ipv4:10.0.0.9:1"
+    with pytest.raises(grpc.aio.AbortError):
+        asyncio.run(handler.stream_unary(requests, stranger))
+    assert requests.read == 4 and stranger.aborted[0] == grpc.StatusCode.PERMISSION_DENIED
+
+    async def chat(requests, ctx):
+        yield "reply"
+    bidi, requests, stranger.aborted = wrap_handler(grpc.stream_stream_rpc_method_handler(chat), check), Requests(4), None
+
+    async def first_reply():
+        return [m async for m in bidi.stream_stream(requests, stranger)]
+    with pytest.raises(grpc.aio.AbortError):
+        asyncio.run(first_reply())
+    assert requests.read == 0 and stranger.aborted[0] == grpc.StatusCode.PERMISSION_DENIED
