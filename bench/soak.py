@@ -11,9 +11,10 @@ for ``--duration-s``:
   ``--sample-s``.
 
 At the end it stops the load, waits for the stack to be idle and for every process a fault hit to serve again, and
-reports the answers (lost, duplicated, wrong), what is still held (leases, decode blocks, requests in flight), each
-process's restarts and memory, and plots memory over time with the faults marked (``--plot``). A fault never hits a
-process already hit that has not been restarted yet (a worker still draining after SIGTERM): one fault, one restart.
+reports the answers (lost, duplicated, wrong), what is still held (leases, decode blocks, requests in flight), how
+often streams were resumed and prompts recomputed (summed over restarts), each process's restarts and memory, and
+plots memory over time with the faults marked (``--plot``). A fault never hits a process already hit that has not
+been restarted yet (a worker still draining after SIGTERM): one fault, one restart.
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ import httpx
 from pdserve.bench.chaos import format_table, held, rss_mb, wait_idle
 from pdserve.bench.chaos_load import Row, fault_free, make_workload, steady_load
 from pdserve.bench.chaos_up import RESTART_WAIT_S
+from pdserve.common.scrape import total
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.launcher.state import AttachedStack
 
 WORKERS = ("prefill_server", "decode_server")
+# the fault matrix's columns of how often a fault's handling ran: (module, counter, labels) each is counted from
+HANDLED = {"resumed": ("router", "pdserve_router_retries_total", {"phase": "resume"}),
+           "kv_recomputed": ("decode_server", "pdserve_decode_kv_load_failures_total", {"policy": "recompute"})}
 
 
 @dataclass
@@ -50,6 +55,8 @@ class Soak:
     signalled: dict[int, str] = field(default_factory=dict)  # pid -> name of each process a fault hit
     http: dict[str, int] = field(default_factory=dict)  # HTTP status -> count
     vocab: int = 0
+    handled: dict[str, float] = field(default_factory=lambda: dict.fromkeys(HANDLED, 0.0))
+    seen: dict[tuple[str, int, str], float] = field(default_factory=dict)  # (process, pid, column) -> last value
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -61,6 +68,23 @@ class Soak:
                 self.samples.setdefault(p.name, []).append((self.now(), rss_mb(p.pid)))
             except (OSError, StopIteration):  # between a kill and the restart
                 pass
+        self.count_handled()
+
+    def count_handled(self) -> None:
+        """Add what each counter of :data:`HANDLED` rose by since the last sample. A restarted process (a new pid)
+        counts from 0 again, so the totals survive restarts; what a process counted after the last sample and before
+        a kill is missed: they are lower bounds."""
+        for column, (module, metric, labels) in HANDLED.items():
+            for p in self.stack.processes:
+                if p.module != module or p.state != "serving":
+                    continue
+                try:
+                    value = total(self.stack.scrape(p), metric, **labels)
+                except (OSError, ValueError):  # killed since the refresh
+                    continue
+                key = (p.name, p.pid, column)
+                self.handled[column] += max(0.0, value - self.seen.get(key, 0.0))
+                self.seen[key] = value
 
 
 class _Up:
@@ -214,6 +238,7 @@ def run_soak(a) -> int:
         not_back = _not_back(soak)
         row.restarted = sum(p.restarts for p in soak.stack.processes)
         soak.sample()
+        row.resumed, row.kv_recomputed = (int(soak.handled[c]) for c in HANDLED)
         title = (f"pdserve up, {a.duration_s / 60:.0f} min of load ({row.sent} gRPC requests, "
                  f"{sum(soak.http.values())} HTTP), {len(soak.faults)} faults")
         plot_rss(soak, Path(a.plot), title)
@@ -226,7 +251,7 @@ def run_soak(a) -> int:
             print(f"not serving again at the end: {'; '.join(not_back)}")
         if a.json:
             Path(a.json).write_text(json.dumps({"answers": dict(row.answers), "sent": row.sent, "leaked": row.leaked,
-                                                "http": soak.http, "faults": soak.faults,
+                                                "http": soak.http, "faults": soak.faults, "handled": soak.handled,
                                                 "restarts": {p.name: p.restarts for p in soak.stack.processes},
                                                 "not_back": not_back,
                                                 "samples": soak.samples}, indent=1))

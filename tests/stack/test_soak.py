@@ -23,6 +23,7 @@ def test_a_short_soak_reports_faults_restarts_memory_and_no_lost_tokens(tiny_mod
     assert got["sent"] > 0 and got["answers"]["correct"] > 0
     assert got["leaked"] == [0, 0, 0]
     assert got["faults"], "the seeded fault schedule kills something within 8 s"
+    assert set(got["handled"]) == {"resumed", "kv_recomputed"}  # counted over restarts (tests/unit/test_soak_counts.py)
     # the supervisor started every process a fault hit again, and the soak waited for each to serve
     assert got["not_back"] == []
     assert sum(got["restarts"].values()) == len(got["faults"]), (got["restarts"], got["faults"])
