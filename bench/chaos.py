@@ -51,12 +51,15 @@ def _gauge(stack: Stack, p, name: str, **labels: str) -> float:
         return 0.0
 
 
-def _handled(stack: Stack) -> tuple[float, float]:
-    """(streams resumed by the router, prompts recomputed by decode workers) so far."""
-    resumed = _gauge(stack, stack.router, "pdserve_router_retries_total", phase="resume")
-    recomputed = sum(_gauge(stack, p, "pdserve_decode_kv_load_failures_total", policy="recompute")
-                     for p in stack.decodes)
-    return resumed, recomputed
+# how often a fault's handling ran, by the table's column: the module whose processes count it, in which counter
+HANDLED = {"resumed": ("router", "pdserve_router_retries_total", {"phase": "resume"}),
+           "kv_recomputed": ("decode_server", "pdserve_decode_kv_load_failures_total", {"policy": "recompute"})}
+
+
+def _handled(stack: Stack) -> tuple[float, ...]:
+    """The counts of :data:`HANDLED` so far (streams resumed by the router, prompts recomputed by decode workers)."""
+    return tuple(sum(_gauge(stack, p, metric, **labels) for p in stack.processes if p.module == module)
+                 for module, metric, labels in HANDLED.values())
 
 
 def _decode_held(stack: Stack, p) -> int:

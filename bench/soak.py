@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from pdserve.bench.chaos import format_table, held, rss_mb, wait_idle
+from pdserve.bench.chaos import HANDLED, format_table, held, rss_mb, wait_idle
 from pdserve.bench.chaos_load import Row, fault_free, make_workload, steady_load
 from pdserve.bench.chaos_up import RESTART_WAIT_S
 from pdserve.common.scrape import total
@@ -41,9 +41,6 @@ from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.launcher.state import AttachedStack
 
 WORKERS = ("prefill_server", "decode_server")
-# the fault matrix's columns of how often a fault's handling ran: (module, counter, labels) each is counted from
-HANDLED = {"resumed": ("router", "pdserve_router_retries_total", {"phase": "resume"}),
-           "kv_recomputed": ("decode_server", "pdserve_decode_kv_load_failures_total", {"policy": "recompute"})}
 
 
 @dataclass

@@ -39,7 +39,6 @@ class Requests:
 class Context:
     def __init__(self) -> None:
         self.aborted: tuple | None = None
-        self.read_when_aborted = -1
 
     def peer(self) -> str:
         return "ipv4:127.0.0.1:1"

@@ -3,6 +3,7 @@ process's counter starts from 0 again under a new pid, and a process that cannot
 
 from types import SimpleNamespace
 
+from pdserve.bench.chaos import HANDLED
 from pdserve.bench.soak import Soak
 
 
@@ -19,9 +20,8 @@ class Stack:
     def scrape(self, p) -> dict:
         if p.pid not in self.values:
             raise ConnectionRefusedError(p.name)
-        metric = ("pdserve_router_retries_total", (("phase", "resume"),)) if p.module == "router" else \
-            ("pdserve_decode_kv_load_failures_total", (("policy", "recompute"),))
-        return {metric: self.values[p.pid], ("pdserve_router_retries_total", (("phase", "prefill"),)): 99.0}
+        [(metric, labels)] = [(m, tuple(lbls.items())) for module, m, lbls in HANDLED.values() if module == p.module]
+        return {(metric, labels): self.values[p.pid], ("pdserve_router_retries_total", (("phase", "prefill"),)): 99.0}
 
 
 def test_counts_survive_restarts_and_unreachable_processes():
