@@ -32,7 +32,8 @@ class Row:
     kv_recomputed: int = 0  # prompts a decode worker recomputed because their KV could not be fetched
     restarted: int = 0  # processes the supervisor started again (the rows under pdserve up)
     codes: Counter = field(default_factory=Counter)  # status codes of the clean failures
-    errors: Counter = field(default_factory=Counter)  # "CODE: details" of every failure, for the record
+    errors: Counter = field(default_factory=Counter)  # "CODE: details" of every failure, and where each wrong answer
+    # left the right one, for the record
 
     def column(self, name: str) -> int:
         if name in ANSWERS:
@@ -102,6 +103,7 @@ async def send_one(client: AsyncPdserveClient, workload: Workload, i: int, row: 
             row.codes[err.code().name] += 1
         else:
             row.answers["wrong"] += 1
+            row.errors[describe_wrong(i, ids, expected)] += 1
         return False
     finally:
         if cancel is not None:
@@ -112,7 +114,15 @@ async def send_one(client: AsyncPdserveClient, workload: Workload, i: int, row: 
         row.answers["duplicated"] += 1
     else:
         row.answers["wrong"] += 1
+        row.errors[describe_wrong(i, ids, expected)] += 1
     return True
+
+
+def describe_wrong(i: int, ids: list[int], expected: list[int]) -> str:
+    """Where a wrong answer left the right one, for the record: a short answer and a diverging one have different
+    causes."""
+    at = next((k for k, (got, want) in enumerate(zip(ids, expected)) if got != want), min(len(ids), len(expected)))
+    return f"wrong: prompt {i}, {len(ids)} of {len(expected)} tokens, first difference at token {at}"
 
 
 async def steady_load(target: str, workload: Workload, row: Row, stop: asyncio.Event, concurrency: int,

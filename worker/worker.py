@@ -1,9 +1,9 @@
 """The model worker's loop, shared by prefill and decode.
 
 The scheduler lives on the asyncio event loop, with the gRPC handlers: submitting, cancelling and reading the load
-are plain method calls, with no locks and no mirrored counters. Only the numpy work of a step runs in a thread
-(numpy releases the GIL), so the event loop keeps streaming tokens and moving KV bytes meanwhile. A request cancelled
-while its step runs is removed right after that step: the forward never loses its KV mid-flight.
+are plain method calls, with no locks and no mirrored counters. Only the numpy work of a step (and its pricing) runs in
+a thread (numpy releases the GIL), so the event loop keeps streaming tokens and moving KV bytes meanwhile. A request
+cancelled once its step is composed is removed right after that step: the forward never loses its KV mid-flight.
 
 Each step is timed in both clocks; a request's :class:`Job` collects its queue, prefill and decode time.
 """
@@ -158,20 +158,22 @@ class Worker:
                     continue
                 try:
                     await self._run_step(step)
-                except Exception:  # a bug in one step must not stop the worker silently
+                except Exception as exc:  # a bug in one step must not stop the worker, nor garble its requests
                     log.exception("step failed")
+                    self._fail([seq for seq, _ in step.prefills] + step.decodes, exc)
         finally:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run_step(self, step: Step) -> None:
         started = time.perf_counter()  # the paced budget covers the whole iteration, scheduling included
         self._note_scheduled(step, started)
-        # priced as composed, before running changes the KV lengths (off the event loop: a new shape prices for ms)
-        modeled = await asyncio.get_running_loop().run_in_executor(self._executor, self.clock.step_seconds, step)
         fresh = [not seq.output_ids for seq, _ in step.prefills]  # a recomputed sequence already has output
         output = StepOutput()
-        self._stepping = True
+        self._stepping = True  # from here the step holds its sequences: a cancel waits for it, even during pricing
         try:
+            # priced as composed, before running changes the KV lengths (off the event loop: a new shape prices for
+            # ms)
+            modeled = await asyncio.get_running_loop().run_in_executor(self._executor, self.clock.step_seconds, step)
             if step.prefills:
                 output.prefills = await self._prefill_phase(step)
             if step.decodes:
@@ -184,15 +186,17 @@ class Worker:
                 self._account(step, fresh, modeled, timing.wall_s)
         finally:
             self._stepping = False
-        for seq, result in self.scheduler.postprocess(step, output):
-            self._deliver(seq, result)
-        preempted = self.scheduler.num_preemptions - self._preemptions_seen
-        if preempted and self.on_preempted is not None:
-            self.on_preempted(preempted)
-        self._preemptions_seen = self.scheduler.num_preemptions
-        for seq in self._cancel_after_step:
-            self.scheduler.abort(seq)
-        self._cancel_after_step.clear()
+        try:
+            for seq, result in self.scheduler.postprocess(step, output):
+                self._deliver(seq, result)
+            preempted = self.scheduler.num_preemptions - self._preemptions_seen
+            if preempted and self.on_preempted is not None:
+                self.on_preempted(preempted)
+            self._preemptions_seen = self.scheduler.num_preemptions
+        finally:
+            for seq in self._cancel_after_step:
+                self.scheduler.abort(seq)
+            self._cancel_after_step.clear()
 
     async def _prefill_phase(self, step: Step) -> list[StepResult | None]:
         chunks = step.prefills
@@ -238,12 +242,17 @@ class Worker:
             return await asyncio.get_running_loop().run_in_executor(self._executor, work)
         except Exception as exc:
             log.exception("model step failed for %d sequences", len(seqs))
-            for seq in seqs:
-                self.scheduler.abort(seq, FinishReason.ERROR)
-                job = self._jobs.pop(id(seq), None)
-                if job is not None:
-                    job.events.put_nowait(exc)
+            self._fail(seqs, exc)
             return None
+
+    def _fail(self, seqs: list[Sequence], exc: Exception) -> None:
+        """End these requests with an error (their callers get ``exc``) and free their KV: a step that failed part
+        way may have left their tokens undelivered, and a stream that skipped one would be a wrong answer."""
+        for seq in seqs:
+            self.scheduler.abort(seq, FinishReason.ERROR)
+            job = self._jobs.pop(id(seq), None)
+            if job is not None:
+                job.events.put_nowait(exc)
 
     def _note_scheduled(self, step: Step, now: float) -> None:
         for seq in [seq for seq, _ in step.prefills] + step.decodes:

@@ -76,6 +76,8 @@ def test_cancellation_storm_leaves_nothing_held(stack_and_workload):
     shed = row.codes["RESOURCE_EXHAUSTED"]
     assert set(row.codes) <= {"RESOURCE_EXHAUSTED"} and shed <= n // 10, row
     assert row.answers["correct"] + row.answers["cancelled"] + shed == n, row  # nothing lost, duplicated or wrong
+    # a cancel must never break a step's bookkeeping (which cost the step's other requests a token)
+    assert not [p.name for p in stack.processes if p.log_path and "step failed" in p.log_path.read_text("utf-8", "replace")]
     assert wait_idle(stack, 15) == (0, 0, 0)  # kvstore leases, decode blocks + sequences, router in flight
     leased = stack.scrape(stack.kvstores[0])[("pdserve_kvstore_leased_blocks", ())]
     assert leased == 0

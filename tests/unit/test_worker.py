@@ -2,11 +2,13 @@
 cancelled request is removed from the scheduler and its KV freed."""
 
 import asyncio
+import threading
 from dataclasses import replace
 
 import pytest
 
 from pdserve.engine.params import SamplingParams
+from pdserve.engine.runtime import Runtime
 from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
 from pdserve.engine.stop import FinishReason
 from pdserve.perfmodel.parallel import ParallelConfig
@@ -108,3 +110,88 @@ def test_decode_steps_pay_for_completeness_checks_in_the_modeled_clock(tiny_judg
     extra = sum(clock.timing.prefill_time([c.tokens], [c.context]).seconds for c in checks)
     assert checked.decode_modeled_s - plain.decode_modeled_s == pytest.approx(extra, rel=1e-9)
     assert checked.prefill_modeled_s == plain.prefill_modeled_s
+
+
+class GatedClock(StepClock):
+    """A clock whose pricing of a chosen step waits for the test: a window in which the step is composed but its
+    forward has not run (pricing runs off the event loop, so the loop serves cancellations meanwhile)."""
+
+    def __init__(self, timing, gate_when) -> None:
+        super().__init__(timing)
+        self.gate_when = gate_when
+        self.gate = threading.Event()
+        self.pricing: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def step_seconds(self, step) -> float:
+        if self.gate_when(step):
+            self.gate_when = lambda _: False
+            self.loop.call_soon_threadsafe(self.pricing.set)
+            self.gate.wait(30)
+        return super().step_seconds(step)
+
+
+def test_a_request_cancelled_while_its_step_is_priced_harms_no_other(tiny_model_path):
+    """A cancel that arrives after a step was composed but before its forward ran (the pricing await) waits for the
+    step, like one that arrives during the forward: freeing the sequence at once let the forward put it back into the
+    decode slab (a slot never freed again) and, when it was its last token, failed the step's bookkeeping, so the
+    other sequences of the step lost that step's token. Fails when Worker.cancel frees at once during pricing."""
+    short = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+    runtime = Runtime.load(tiny_model_path)  # a decode slab of its own: nothing else's sequences in it
+
+    async def scenario():
+        timing = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang")
+        clock = GatedClock(timing, lambda step: any(len(s.output_ids) == short.max_tokens - 1 for s in step.decodes))
+        clock.pricing, clock.loop = asyncio.Event(), asyncio.get_running_loop()
+        worker = Worker(runtime, Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256), runtime.free),
+                        clock, max_queue=8)
+        loop = asyncio.create_task(worker.run())
+        doomed = worker.submit(runtime.new_sequence(list(range(3, 30)), short))
+        other = worker.submit(runtime.new_sequence(list(range(5, 40)), PARAMS))
+        await clock.pricing.wait()  # the step that would give `doomed` its last token is composed, not yet run
+        worker.cancel(doomed)
+        clock.gate.set()
+        delivered: list[int] = []
+        finished = False
+        while not finished:
+            ids, result = await asyncio.wait_for(other.events.get(), 30)
+            delivered.extend(ids)
+            finished = result.finished
+        loop.cancel()
+        return worker, doomed, other, delivered
+
+    worker, doomed, other, delivered = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert delivered == other.seq.output_ids and len(delivered) == PARAMS.max_tokens  # every token, once, in order
+    # the cancel waited for the step, which gave the request its last token; its KV is freed either way
+    assert doomed.seq.finish_reason is FinishReason.LENGTH and doomed.seq.kv.slot is None
+    assert runtime.slab.members == [] and not worker.scheduler.has_work() and worker.scheduler.budget.used == 0
+
+
+def test_a_step_whose_bookkeeping_fails_ends_its_requests_with_an_error(tiny_runtime):
+    """A bug after the forward (here: postprocess raising once) must not leave a request's stream one token short:
+    the step's requests end with the error, and the worker serves the next request. Fails when the worker only logs
+    the failed step (the request then hangs, its token sampled but never sent)."""
+    async def scenario():
+        worker = make_worker(tiny_runtime)
+        real = worker.scheduler.postprocess
+        broken = {"left": 1}
+
+        def postprocess_failing_once(step, output):
+            if step.decodes and broken["left"]:
+                broken["left"] -= 1
+                raise RuntimeError("bookkeeping bug")
+            return real(step, output)
+
+        worker.scheduler.postprocess = postprocess_failing_once
+        loop = asyncio.create_task(worker.run())
+        job = worker.submit(tiny_runtime.new_sequence(list(range(3, 20)), PARAMS))
+        events = [await asyncio.wait_for(job.events.get(), 30) for _ in range(2)]  # the first token, then the error
+        again = worker.submit(tiny_runtime.new_sequence(list(range(3, 20)), PARAMS))
+        tokens = [await asyncio.wait_for(again.events.get(), 30) for _ in range(PARAMS.max_tokens)]
+        loop.cancel()
+        return worker, job, events, tokens
+
+    worker, job, events, tokens = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert isinstance(events[1], RuntimeError) and job.seq.finish_reason is FinishReason.ERROR
+    assert tokens[-1][1].finish_reason is FinishReason.LENGTH
+    assert not worker.scheduler.has_work() and worker.scheduler.budget.used == 0
