@@ -129,13 +129,26 @@ def start_prefetch(pool: WorkerPool, request: decode_pb2.PrefetchRequest, timeou
     worker = choose_decode(candidates)
     call = worker.stub.Prefetch(request, timeout=timeout, metadata=request_metadata(request.request_id))
     track(call)  # cancelled with the request (its copy on the worker is dropped at once)
-
-    def done(finished: grpc.aio.Call) -> None:
-        if not finished.cancelled() and finished.exception() is not None:
-            log.info("prefetch on %s: %s", worker.target, finished.exception())
-
-    call.add_done_callback(done)
+    report = asyncio.ensure_future(_report_prefetch(worker.target, call))
+    _REPORTS.add(report)  # the event loop holds tasks weakly
+    report.add_done_callback(_REPORTS.discard)
     return worker.target, call
+
+
+_REPORTS: set[asyncio.Task] = set()
+
+
+async def _report_prefetch(target: str, call: grpc.aio.UnaryUnaryCall) -> None:
+    """Log how a prefetch failed, once it ends (nobody awaits the call: its outcome only matters to the log). A
+    call's status is read with awaits, so this is a task, not a done callback: a callback runs inside the call's own
+    task, and an exception there replaces the call's outcome."""
+    try:
+        await call
+    except asyncio.CancelledError:
+        pass  # cancelled with its request, or once the Decode call took the copy
+    except grpc.aio.AioRpcError as err:
+        if err.code() != grpc.StatusCode.CANCELLED:
+            log.info("prefetch on %s: %s %s", target, err.code().name, err.details())
 
 
 async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, timeout: float | None,
