@@ -145,10 +145,13 @@ async def _report_prefetch(target: str, call: grpc.aio.UnaryUnaryCall) -> None:
     try:
         await call
     except asyncio.CancelledError:
-        pass  # cancelled with its request, or once the Decode call took the copy
+        if asyncio.current_task().cancelling():  # this task itself (the router stopping), not the call
+            raise
     except grpc.aio.AioRpcError as err:
-        if err.code() != grpc.StatusCode.CANCELLED:
+        if err.code() != grpc.StatusCode.CANCELLED:  # CANCELLED: the worker dropped a copy nobody took
             log.info("prefetch on %s: %s %s", target, err.code().name, err.details())
+    except Exception as exc:  # e.g. its channel closed when the worker's address was resolved anew
+        log.info("prefetch on %s: %s", target, exc)
 
 
 async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, timeout: float | None,

@@ -165,6 +165,22 @@ class Worker:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run_step(self, step: Step) -> None:
+        """Compute the step, then move its sequences along and deliver their tokens. The cancels that arrived while it
+        was in flight take effect after it, also when it failed."""
+        try:
+            output = await self._compute(step)
+            for seq, result in self.scheduler.postprocess(step, output):
+                self._deliver(seq, result)
+            preempted = self.scheduler.num_preemptions - self._preemptions_seen
+            if preempted and self.on_preempted is not None:
+                self.on_preempted(preempted)
+            self._preemptions_seen = self.scheduler.num_preemptions
+        finally:
+            cancelled, self._cancel_after_step = self._cancel_after_step, []
+            for seq in cancelled:
+                self._abort(seq)
+
+    async def _compute(self, step: Step) -> StepOutput:
         started = time.perf_counter()  # the paced budget covers the whole iteration, scheduling included
         self._note_scheduled(step, started)
         fresh = [not seq.output_ids for seq, _ in step.prefills]  # a recomputed sequence already has output
@@ -186,17 +202,7 @@ class Worker:
                 self._account(step, fresh, modeled, timing.wall_s)
         finally:
             self._stepping = False
-        try:
-            for seq, result in self.scheduler.postprocess(step, output):
-                self._deliver(seq, result)
-            preempted = self.scheduler.num_preemptions - self._preemptions_seen
-            if preempted and self.on_preempted is not None:
-                self.on_preempted(preempted)
-            self._preemptions_seen = self.scheduler.num_preemptions
-        finally:
-            for seq in self._cancel_after_step:
-                self.scheduler.abort(seq)
-            self._cancel_after_step.clear()
+        return output
 
     async def _prefill_phase(self, step: Step) -> list[StepResult | None]:
         chunks = step.prefills
@@ -249,10 +255,18 @@ class Worker:
         """End these requests with an error (their callers get ``exc``) and free their KV: a step that failed part
         way may have left their tokens undelivered, and a stream that skipped one would be a wrong answer."""
         for seq in seqs:
-            self.scheduler.abort(seq, FinishReason.ERROR)
             job = self._jobs.pop(id(seq), None)
             if job is not None:
                 job.events.put_nowait(exc)
+            self._abort(seq, FinishReason.ERROR)
+
+    def _abort(self, seq: Sequence, reason: FinishReason = FinishReason.ABORT) -> None:
+        """Remove a sequence from the scheduler and free its KV. After a failed step its state may be broken: a
+        failure here is logged, and never stops the loop every other request depends on."""
+        try:
+            self.scheduler.abort(seq, reason)
+        except Exception:
+            log.exception("could not free request %s", seq.request_id)
 
     def _note_scheduled(self, step: Step, now: float) -> None:
         for seq in [seq for seq, _ in step.prefills] + step.decodes:

@@ -116,9 +116,10 @@ class GatedClock(StepClock):
     """A clock whose pricing of a chosen step waits for the test: a window in which the step is composed but its
     forward has not run (pricing runs off the event loop, so the loop serves cancellations meanwhile)."""
 
-    def __init__(self, timing, gate_when) -> None:
+    def __init__(self, timing, gate_when, failure: Exception | None = None) -> None:
         super().__init__(timing)
         self.gate_when = gate_when
+        self.failure = failure  # raised by that pricing once the gate opens
         self.gate = threading.Event()
         self.pricing: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -128,7 +129,12 @@ class GatedClock(StepClock):
             self.gate_when = lambda _: False
             self.loop.call_soon_threadsafe(self.pricing.set)
             self.gate.wait(30)
+            if self.failure is not None:
+                raise self.failure
         return super().step_seconds(step)
+
+
+TIMING = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang")
 
 
 def test_a_request_cancelled_while_its_step_is_priced_harms_no_other(tiny_model_path):
@@ -140,8 +146,7 @@ def test_a_request_cancelled_while_its_step_is_priced_harms_no_other(tiny_model_
     runtime = Runtime.load(tiny_model_path)  # a decode slab of its own: nothing else's sequences in it
 
     async def scenario():
-        timing = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang")
-        clock = GatedClock(timing, lambda step: any(len(s.output_ids) == short.max_tokens - 1 for s in step.decodes))
+        clock = GatedClock(TIMING, lambda step: any(len(s.output_ids) == short.max_tokens - 1 for s in step.decodes))
         clock.pricing, clock.loop = asyncio.Event(), asyncio.get_running_loop()
         worker = Worker(runtime, Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256), runtime.free),
                         clock, max_queue=8)
@@ -168,13 +173,14 @@ def test_a_request_cancelled_while_its_step_is_priced_harms_no_other(tiny_model_
 
 
 def test_a_step_whose_bookkeeping_fails_ends_its_requests_with_an_error(tiny_runtime):
-    """A bug after the forward (here: postprocess raising once) must not leave a request's stream one token short:
-    the step's requests end with the error, and the worker serves the next request. Fails when the worker only logs
-    the failed step (the request then hangs, its token sampled but never sent)."""
+    """A bug after the forward (here: postprocess raising once, then freeing the request failing too) must not leave
+    a request's stream one token short: the step's requests end with the error, and the worker serves the next
+    request. Fails when the worker only logs the failed step (the request then hangs, its token sampled but never
+    sent), and when a failure to free the request stops the worker's loop before its caller heard of the error."""
     async def scenario():
         worker = make_worker(tiny_runtime)
         real = worker.scheduler.postprocess
-        broken = {"left": 1}
+        broken = {"left": 1, "abort": 1}
 
         def postprocess_failing_once(step, output):
             if step.decodes and broken["left"]:
@@ -183,6 +189,15 @@ def test_a_step_whose_bookkeeping_fails_ends_its_requests_with_an_error(tiny_run
             return real(step, output)
 
         worker.scheduler.postprocess = postprocess_failing_once
+        real_abort = worker.scheduler.abort
+
+        def abort_failing_once(seq, reason=FinishReason.ABORT):  # freeing after a failed step may fail too
+            if reason is FinishReason.ERROR and broken["abort"]:
+                broken["abort"] -= 1
+                raise RuntimeError("broken state")
+            return real_abort(seq, reason)
+
+        worker.scheduler.abort = abort_failing_once
         loop = asyncio.create_task(worker.run())
         job = worker.submit(tiny_runtime.new_sequence(list(range(3, 20)), PARAMS))
         events = [await asyncio.wait_for(job.events.get(), 30) for _ in range(2)]  # the first token, then the error
@@ -192,6 +207,36 @@ def test_a_step_whose_bookkeeping_fails_ends_its_requests_with_an_error(tiny_run
         return worker, job, events, tokens
 
     worker, job, events, tokens = asyncio.run(asyncio.wait_for(scenario(), 90))
-    assert isinstance(events[1], RuntimeError) and job.seq.finish_reason is FinishReason.ERROR
-    assert tokens[-1][1].finish_reason is FinishReason.LENGTH
+    assert isinstance(events[1], RuntimeError) and "bookkeeping bug" in str(events[1])
+    # freeing it failed, so it ran on to its length with nobody listening; the worker served the next request
+    assert job.seq.finish_reason is FinishReason.LENGTH and tokens[-1][1].finish_reason is FinishReason.LENGTH
     assert not worker.scheduler.has_work() and worker.scheduler.budget.used == 0
+
+
+def test_cancels_deferred_by_a_step_that_fails_still_take_effect(tiny_model_path):
+    """A request cancelled while a step is in flight is removed after that step, also when the step fails (here its
+    pricing raises). The cancelled request is not in the step: one sequence runs at a time and it waits. Fails when
+    the deferred cancels are applied only after a step that succeeded (the queued request would be computed next)."""
+    runtime = Runtime.load(tiny_model_path)
+
+    async def scenario():
+        clock = GatedClock(TIMING, lambda step: any(len(s.output_ids) == 3 for s in step.decodes),
+                           failure=RuntimeError("pricing bug"))
+        clock.pricing, clock.loop = asyncio.Event(), asyncio.get_running_loop()
+        scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256, max_num_seqs=1), runtime.free)
+        worker = Worker(runtime, scheduler, clock, max_queue=8)
+        loop = asyncio.create_task(worker.run())
+        running = worker.submit(runtime.new_sequence(list(range(3, 30)), PARAMS))
+        queued = worker.submit(runtime.new_sequence(list(range(5, 40)), PARAMS))
+        await clock.pricing.wait()
+        worker.cancel(queued)  # deferred: a step is in flight
+        clock.gate.set()
+        events = [await asyncio.wait_for(running.events.get(), 30) for _ in range(4)]  # 3 tokens, then the error
+        held = worker.scheduler.has_work()  # the loop has gone on to its next step (if any) by now
+        loop.cancel()
+        return worker, events, held, queued
+
+    worker, events, held, queued = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert isinstance(events[-1], RuntimeError) and "pricing bug" in str(events[-1])
+    assert not held and queued.seq.finish_reason is FinishReason.ABORT and queued.seq.output_ids == []
+    assert worker.scheduler.budget.used == 0
