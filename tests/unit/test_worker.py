@@ -35,10 +35,13 @@ class FailingDecode:
         return self._runtime.decode_step(seqs)
 
 
-def make_worker(runtime) -> Worker:
-    clock = StepClock(TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang"))
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256), runtime.free)
-    return Worker(runtime, scheduler, clock, max_queue=8)
+TIMING = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang")
+
+
+def make_worker(runtime, clock: StepClock | None = None, **config) -> Worker:
+    """A decode-role worker with a 256-block KV budget; ``config``: more SchedulerConfig fields."""
+    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256, **config), runtime.free)
+    return Worker(runtime, scheduler, clock or StepClock(TIMING), max_queue=8)
 
 
 def test_a_failed_step_is_an_error_for_its_requests_and_the_worker_goes_on(tiny_runtime):
@@ -134,9 +137,6 @@ class GatedClock(StepClock):
         return super().step_seconds(step)
 
 
-TIMING = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang")
-
-
 def test_a_request_cancelled_while_its_step_is_priced_harms_no_other(tiny_model_path):
     """A cancel that arrives after a step was composed but before its forward ran (the pricing await) waits for the
     step, like one that arrives during the forward: freeing the sequence at once let the forward put it back into the
@@ -148,8 +148,7 @@ def test_a_request_cancelled_while_its_step_is_priced_harms_no_other(tiny_model_
     async def scenario():
         clock = GatedClock(TIMING, lambda step: any(len(s.output_ids) == short.max_tokens - 1 for s in step.decodes))
         clock.pricing, clock.loop = asyncio.Event(), asyncio.get_running_loop()
-        worker = Worker(runtime, Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256), runtime.free),
-                        clock, max_queue=8)
+        worker = make_worker(runtime, clock)
         loop = asyncio.create_task(worker.run())
         doomed = worker.submit(runtime.new_sequence(list(range(3, 30)), short))
         other = worker.submit(runtime.new_sequence(list(range(5, 40)), PARAMS))
@@ -223,8 +222,7 @@ def test_cancels_deferred_by_a_step_that_fails_still_take_effect(tiny_model_path
         clock = GatedClock(TIMING, lambda step: any(len(s.output_ids) == 3 for s in step.decodes),
                            failure=RuntimeError("pricing bug"))
         clock.pricing, clock.loop = asyncio.Event(), asyncio.get_running_loop()
-        scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256, max_num_seqs=1), runtime.free)
-        worker = Worker(runtime, scheduler, clock, max_queue=8)
+        worker = make_worker(runtime, clock, max_num_seqs=1)
         loop = asyncio.create_task(worker.run())
         running = worker.submit(runtime.new_sequence(list(range(3, 30)), PARAMS))
         queued = worker.submit(runtime.new_sequence(list(range(5, 40)), PARAMS))
