@@ -20,15 +20,15 @@ import importlib
 import sys
 
 COMMANDS = {
-    "serve": ("load test a running stack (gRPC or OpenAI HTTP), a sweep, or --compare", "serve"),
-    "engine": ("engine throughput against this machine's measured floor", "engine"),
-    "kv": ("kvstore Put/Get throughput against bare gRPC and memcpy; --handoff inside the stack", "kv"),
-    "pacing": ("synthetic stack, realtime pacing: wall TPOT vs modeled TPOT", "pacing"),
-    "sim": ("simulator speed: requests simulated per wall second on a big cluster", "sim_speed"),
-    "chaos": ("the fault matrix: each fault under steady load, answers checked, leaks counted", "chaos"),
-    "stop-rules": ("the completeness rule (stop_when_complete) against EOS on the built-in prompts", "stop_rules"),
-    "hostile": ("requests that try to take more than their share, while others stream", "hostile"),
-    "soak": ("a long run against pdserve up: mixed load, random faults, memory of every process plotted", "soak"),
+    "serve": ("load test a running stack (gRPC or OpenAI HTTP), a sweep, or --compare", "serve.command"),
+    "engine": ("engine throughput against this machine's measured floor", "runtime.engine"),
+    "kv": ("kvstore Put/Get throughput against bare gRPC and memcpy; --handoff inside the stack", "kv.throughput"),
+    "pacing": ("synthetic stack, realtime pacing: wall TPOT vs modeled TPOT", "runtime.pacing"),
+    "sim": ("simulator speed: requests simulated per wall second on a big cluster", "runtime.sim_speed"),
+    "chaos": ("the fault matrix: each fault under steady load, answers checked, leaks counted", "faults.chaos"),
+    "stop-rules": ("the completeness rule (stop_when_complete) against EOS on the built-in prompts", "runtime.stop_rules"),
+    "hostile": ("requests that try to take more than their share, while others stream", "faults.hostile"),
+    "soak": ("a long run against pdserve up: mixed load, random faults, memory of every process plotted", "faults.soak"),
 }
 
 
@@ -47,7 +47,7 @@ def register(sub) -> None:
     group = bench.add_subparsers(dest="bench_command", required=True)
     for name, (help_text, module) in COMMANDS.items():
         p = group.add_parser(name, help=help_text)
-        add_args = (importlib.import_module("pdserve.bench.args").add_bench_args if name == "serve"
+        add_args = (importlib.import_module("pdserve.bench.serve.args").add_bench_args if name == "serve"
                     else importlib.import_module(f"pdserve.bench.{module}").add_args)
         add_args(p)
         p.set_defaults(func=_runner(module))

@@ -17,7 +17,7 @@ def cmd_perf(a: argparse.Namespace) -> int:
     except ValueError:
         raise ValueError(f"prefill_lens: {a.prefill_lens!r} is not a comma-separated list of integers") from None
     from pdserve.common.scheduling import modeled_scheduling
-    from pdserve.engine.scheduler import Role
+    from pdserve.engine.sched.scheduler import Role
 
     # the memory its software leaves for weights + KV (SGLang's --mem-fraction-static, ...), as the workers size it
     deployment = modeled_scheduling(deployment_from_args(a), Role.DECODE).deployment

@@ -11,8 +11,8 @@ import threading
 from pathlib import Path
 
 from pdserve.cli.generate import stream_from_router
-from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, KV_DTYPES
+from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
+from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
 from pdserve.launcher.supervisor import RESTART_MODES

@@ -12,8 +12,8 @@ import os
 import sys
 
 from pdserve.common.tls import add_identity_flags, add_tls_flags
-from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, KV_DTYPES
+from pdserve.engine.kv.blocks import DEFAULT_BLOCK_TOKENS
+from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")

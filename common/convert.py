@@ -7,9 +7,9 @@ field lists stay equal).
 
 from __future__ import annotations
 
-from pdserve.engine.logprobs import TokenLogprobs
 from pdserve.engine.params import SamplingParams
-from pdserve.engine.stop import StepResult
+from pdserve.engine.text.logprobs import TokenLogprobs
+from pdserve.engine.text.stop import StepResult
 from pdserve.v1 import common_pb2
 
 _SAMPLING_FIELDS = common_pb2.SamplingParams.DESCRIPTOR.fields

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
-from pdserve.engine.scheduler_flags import SchedulerOverrides, scheduler_config
-from pdserve.engine.scheduling.profiles import HardwareFacts, SchedulingProfile, scheduling_profile
-from pdserve.engine.scheduling.ranks import AttentionRanks
+from pdserve.engine.sched.flags import SchedulerOverrides, scheduler_config
+from pdserve.engine.sched.profiles import HardwareFacts, SchedulingProfile, scheduling_profile
+from pdserve.engine.sched.ranks import AttentionRanks
+from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
 from pdserve.engine.sequence import Sequence
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.perfmodel.hardware import MIB

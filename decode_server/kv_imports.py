@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from pdserve.decode_server.metrics import KV_FETCH, PREFETCH_OUTCOMES, PREFETCHES
-from pdserve.engine.kv_cache import SequenceKV
+from pdserve.engine.kv.cache import SequenceKV
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
 from pdserve.kvstore.lease import KVLease

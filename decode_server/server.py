@@ -33,13 +33,13 @@ from pdserve.decode_server.metrics import (
     RUNNING,
     WAITING,
 )
-from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE
+from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
+from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
-from pdserve.engine.scheduler import Role
+from pdserve.engine.sched.scheduler import Role
 from pdserve.engine.sequence import Sequence
-from pdserve.engine.stop import FinishReason, StepResult
+from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.store import MAX_LEASE_TTL_S, MAX_WAIT_S
 from pdserve.v1 import decode_pb2, decode_pb2_grpc

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 from pdserve.engine.params import InvalidParameter, SamplingParams, validate_request
 from pdserve.engine.runtime import Runtime
-from pdserve.engine.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
 from pdserve.engine.sequence import Sequence
-from pdserve.engine.stop import StepResult
+from pdserve.engine.text.stop import StepResult
 
 
 class LLMEngine:

@@ -47,14 +47,14 @@ class SamplingParams:
     repetition_max_repeats: int = 0
     repetition_max_period: int = 32
     # Finish with reason "complete" when the model itself, asked at a sentence boundary on a fork of the sequence,
-    # gives P(yes) >= stop_when_complete that the answer covers the question (engine/completion.py); checks at
+    # gives P(yes) >= stop_when_complete that the answer covers the question (engine/text/completion.py); checks at
     # least stop_when_complete_interval tokens apart. 0 turns the check off.
     stop_when_complete: float = 0.0
     stop_when_complete_interval: int = 16
     # Samples of the prompt, sharing its prefill (n > 1: sample i uses seed + i; see sample_params).
     n: int = 1
     # None: no log-probabilities. k >= 0: each token's log-probability and the k most likely alternatives
-    # (engine/logprobs.py says of which distribution).
+    # (engine/text/logprobs.py says of which distribution).
     logprobs: int | None = None
 
     @property

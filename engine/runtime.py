@@ -1,6 +1,6 @@
 """The model runtime every worker shares: a model, its tokenizer, the decode slab, and the batched phases over Sequences.
 
-The scheduler (engine/scheduler.py) decides what runs; the runtime runs it: ``prefill`` computes prompt chunks (and
+The scheduler (engine/sched/scheduler.py) decides what runs; the runtime runs it: ``prefill`` computes prompt chunks (and
 recomputes preempted sequences), ``decode_step`` one token for every running sequence, ``free`` releases a sequence's
 KV memory. It assumes valid parameters: requests are validated where they enter (router, workers, LLMEngine).
 """
@@ -12,21 +12,22 @@ from pathlib import Path
 
 import numpy as np
 
-from pdserve.engine.completion import CompletenessJudge, CompletionState
-from pdserve.engine.default_model import resolve_model_path
-from pdserve.engine.gguf_model import ModelConfig, load_gguf, read_metadata
-from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS
-from pdserve.engine.kv_cache import KVSlab
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE, kv_numpy_dtype
-from pdserve.engine.logprobs import token_logprobs
-from pdserve.engine.model import LlamaModel
+from pdserve.engine.gguf_file import ModelConfig, read_metadata
+from pdserve.engine.kv.blocks import DEFAULT_BLOCK_TOKENS
+from pdserve.engine.kv.cache import KVSlab
+from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, kv_numpy_dtype
+from pdserve.engine.model.default_model import resolve_model_path
+from pdserve.engine.model.gguf_model import load_gguf
+from pdserve.engine.model.llama import LlamaModel
+from pdserve.engine.model.synthetic import SYNTHETIC_NAME, load_synthetic
 from pdserve.engine.params import SamplingParams, sample_params
-from pdserve.engine.sampling import Sampler
-from pdserve.engine.scheduler import Step, StepOutput
+from pdserve.engine.sched.scheduler import Step, StepOutput
 from pdserve.engine.sequence import Sequence
-from pdserve.engine.stop import StepResult, StopChecker
-from pdserve.engine.synthetic import SYNTHETIC_NAME, load_synthetic
-from pdserve.engine.tokenizer import GGUFTokenizer, IncrementalDetokenizer
+from pdserve.engine.text.completion import CompletenessJudge, CompletionState
+from pdserve.engine.text.logprobs import token_logprobs
+from pdserve.engine.text.sampling import Sampler
+from pdserve.engine.text.stop import StepResult, StopChecker
+from pdserve.engine.text.tokenizer import GGUFTokenizer, IncrementalDetokenizer
 
 DEFAULT_SLAB_SEQS = 64
 DEFAULT_SLAB_TOKENS = 2048
@@ -65,7 +66,7 @@ class Runtime:
              slab_seqs: int = DEFAULT_SLAB_SEQS, slab_tokens: int = DEFAULT_SLAB_TOKENS,
              kv_dtype: str = DEFAULT_KV_DTYPE, weight_path: str = "auto") -> "Runtime":
         """A GGUF path, None for the default SmolLM2, or "synthetic" for the compute-free backend (whose KV holds
-        token ids: float32 only). ``kv_dtype``: the KV cache's element type; ``weight_path``: engine/model.py."""
+        token ids: float32 only). ``kv_dtype``: the KV cache's element type; ``weight_path``: engine/model/llama.py."""
         if str(model) == SYNTHETIC_NAME:
             if kv_dtype != "float32":
                 raise ValueError(f"kv dtype {kv_dtype}: the synthetic backend keeps token ids in its KV (float32 only)")

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pdserve.engine.completion import CompletionState
-from pdserve.engine.kv_cache import SequenceKV
+from pdserve.engine.kv.cache import SequenceKV
 from pdserve.engine.params import InvalidParameter, SamplingParams
-from pdserve.engine.sampling import Sampler
-from pdserve.engine.stop import FinishReason, StepResult, StopChecker
-from pdserve.engine.tokenizer import IncrementalDetokenizer
+from pdserve.engine.text.completion import CompletionState
+from pdserve.engine.text.sampling import Sampler
+from pdserve.engine.text.stop import FinishReason, StepResult, StopChecker
+from pdserve.engine.text.tokenizer import IncrementalDetokenizer
 
 
 @dataclass

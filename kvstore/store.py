@@ -27,7 +27,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pdserve.engine.kv_blocks import leading_hits
+from pdserve.engine.kv.blocks import leading_hits
 
 MAX_LEASE_TTL_S = 300.0  # the longest a lease lasts without a renewal
 DEFAULT_MAX_LEASES_PER_OWNER = 16384  # leases one caller identity may hold at once (a router: requests x samples)
@@ -37,7 +37,7 @@ DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told oth
 DEFAULT_MAX_BLOCKS = 1 << 20  # blocks one shard holds at most, whatever their size
 MAX_LEASES = 100_000  # live leases at once (one per request waiting for decode, and one per extra sample)
 # Memory charged per block beyond its bytes, and per lease and per block a lease holds: the Python objects around them
-# (measured with tracemalloc by tests/unit/test_kvstore.py, which fails if the real cost exceeds these)
+# (measured with tracemalloc by tests/unit/kvstore/test_kvstore.py, which fails if the real cost exceeds these)
 BLOCK_OVERHEAD_BYTES = 656  # (two slots more since the dtype and the MAC joined the block)
 BYTES_OBJECT_OVERHEAD = 48  # a bytes object's header and allocator rounding, per message a block is held in
 LEASE_OVERHEAD_BYTES = 512

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.common.server import PARENT_ENV
-from pdserve.engine.kv_budget import DEFAULT_KV_BLOCKS
+from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 from pdserve.launcher.identities import StackSecurity
 

@@ -28,7 +28,7 @@ SOFTWARE: dict[str, SoftwareProfile] = {
     # SGLang-class stack with CUDA graphs, DeepGEMM / fused MoE kernels, FlashMLA.
     "sglang": SoftwareProfile("sglang", layer_overhead_s=95e-6, step_overhead_s=0.5e-3, request_overhead_s=5e-3),
     # SGLang 0.4 (early 2025): the same kernels' costs as far as any public run tells them apart; its scheduling
-    # defaults differ (engine/scheduling/profiles.py).
+    # defaults differ (engine/sched/profiles.py).
     "sglang-0.4": SoftwareProfile("sglang-0.4", layer_overhead_s=95e-6, step_overhead_s=0.5e-3,
                                   request_overhead_s=5e-3, fitted_as="sglang", fp8_kernels="triton"),
     # vLLM V1 serving the FP8 checkpoint (CUDA graphs, FlashMLA): fitted on its own runs.

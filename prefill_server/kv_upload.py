@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from pdserve.engine.kv_blocks import handle_block_keys
+from pdserve.engine.kv.blocks import handle_block_keys
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.lease import KVLease

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from pdserve.engine.kv_blocks import leading_hits
+from pdserve.engine.kv.blocks import leading_hits
 
 
 class LocalPrefixCache:

@@ -11,9 +11,9 @@ import grpc
 from pdserve.common.convert import token_step
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_REQUEST_ID_CHARS, MAX_SALT_CHARS, check_worker_request
-from pdserve.engine.kv_blocks import block_keys
+from pdserve.engine.kv.blocks import block_keys
 from pdserve.engine.params import InvalidParameter
-from pdserve.engine.scheduler import Role
+from pdserve.engine.sched.scheduler import Role
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease

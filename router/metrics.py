@@ -12,7 +12,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from pdserve.common.metrics import MODELED_STEP_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_STEP_BUCKETS, ClockPair
-from pdserve.engine.stop import FinishReason
+from pdserve.engine.text.stop import FinishReason
 from pdserve.v1 import common_pb2
 
 M = ("model_name",)

@@ -16,7 +16,7 @@ from typing import TypeVar
 from pdserve.common.convert import sampling_from_proto
 from pdserve.common.validation import check_request_id
 from pdserve.engine.params import InvalidParameter, SamplingParams, validate_request
-from pdserve.engine.tokenizer import GGUFTokenizer
+from pdserve.engine.text.tokenizer import GGUFTokenizer
 from pdserve.v1 import router_pb2
 
 MAX_PROMPT_CHARS = 1_000_000  # characters of one prompt, all its messages together, at most (whatever the context)

@@ -19,10 +19,10 @@ from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.metrics import request_id_var
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import MAX_SALT_CHARS, check_request_id
-from pdserve.engine.kv_blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
-from pdserve.engine.kv_dtype import DEFAULT_KV_DTYPE
+from pdserve.engine.kv.blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
+from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter, sample_params
-from pdserve.engine.tokenizer import GGUFTokenizer
+from pdserve.engine.text.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
 from pdserve.kvstore.store import MAX_WAIT_S

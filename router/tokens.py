@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pdserve.engine.tokenizer import GGUFTokenizer
+from pdserve.engine.text.tokenizer import GGUFTokenizer
 from pdserve.v1 import common_pb2
 
 

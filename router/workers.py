@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pdserve.common.server import channel
-from pdserve.engine.kv_blocks import leading_hits
+from pdserve.engine.kv.blocks import leading_hits
 from pdserve.v1 import common_pb2, decode_pb2_grpc, prefill_pb2_grpc
 
 log = logging.getLogger("pdserve.router")

@@ -14,9 +14,9 @@ fi
 # The stream-fault tests that depend most on timing (a stream resumed on another worker, a graceful drain, a lease
 # renewed through a slow fetch) run again under load. The rest pass under load too, but all of them would take the
 # command past 20 minutes on 2 cores: bash scripts/under-load.sh .venv/bin/python -m pytest
-# tests/stack/test_faults_stream.py tests/stack/test_services_faults.py tests/stack/test_supervisor.py
-# tests/stack/test_overload.py tests/stack/test_fault_matrix.py tests/stack/test_soak.py
-LOADED_TESTS=(tests/stack/test_faults_stream.py -k "resumes_elsewhere or graceful_drain or lease_renewed")
+# tests/stack/faults/test_faults_stream.py tests/stack/faults/test_services_faults.py tests/stack/launcher/test_supervisor.py
+# tests/stack/router/test_overload.py tests/stack/faults/test_fault_matrix.py tests/stack/faults/test_soak.py
+LOADED_TESTS=(tests/stack/faults/test_faults_stream.py -k "resumes_elsewhere or graceful_drain or lease_renewed")
 if [ $# -eq 0 ] && [ "${CI:-}" = "true" ]; then
   .venv/bin/python -m pytest
   exec bash scripts/under-load.sh .venv/bin/python -m pytest -q "${LOADED_TESTS[@]}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from pdserve.engine.scheduler_flags import add_scheduler_args
+from pdserve.engine.sched.flags import add_scheduler_args
 from pdserve.perfmodel.deployment import add_deployment_flag
 from pdserve.workload.args import add_result_args, add_workload_args
 

@@ -18,10 +18,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pdserve.common.scheduling import modeled_scheduling
-from pdserve.engine.kv_budget import KVBudgetExceeded
-from pdserve.engine.scheduler import Role
-from pdserve.engine.scheduler_flags import SchedulerOverrides
-from pdserve.engine.stop import FinishReason
+from pdserve.engine.kv.budget import KVBudgetExceeded
+from pdserve.engine.sched.flags import SchedulerOverrides
+from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.sim.events import ARRIVAL, KICK, EventQueue

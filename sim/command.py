@@ -8,8 +8,8 @@ import math
 import sys
 from dataclasses import replace
 
-from pdserve.engine.scheduler import Role
-from pdserve.engine.scheduler_flags import SchedulerOverrides
+from pdserve.engine.sched.flags import SchedulerOverrides
+from pdserve.engine.sched.scheduler import Role
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
 from pdserve.sim.explain import explain_requests, format_explain, scheduling_lines

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from pdserve.common.scheduling import ModeledScheduling
-from pdserve.engine.scheduler import Role, Step, StepOutput
+from pdserve.engine.sched.scheduler import Role, Step, StepOutput
 from pdserve.router.workers import Worker as RouterWorker
 from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
 from pdserve.sim.steptime import StepTimer

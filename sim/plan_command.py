@@ -9,7 +9,7 @@ import re
 import sys
 import time
 
-from pdserve.engine.scheduler_flags import SchedulerOverrides
+from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from pdserve.sim.workload import build_workload

@@ -13,8 +13,8 @@ import itertools
 from dataclasses import dataclass, field
 
 from pdserve.common.scheduling import modeled_scheduling
-from pdserve.engine.scheduler import Role
-from pdserve.engine.scheduler_flags import SchedulerOverrides
+from pdserve.engine.sched.flags import SchedulerOverrides
+from pdserve.engine.sched.scheduler import Role
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary

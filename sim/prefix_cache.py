@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from pdserve.engine.kv_blocks import leading_hits
+from pdserve.engine.kv.blocks import leading_hits
 
 
 def block_keys(token_ids: list[int], block_tokens: int) -> list[int]:

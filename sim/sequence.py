@@ -1,4 +1,4 @@
-"""A lightweight sequence the real scheduler (engine/scheduler.py) can drive: the fields it reads, no model state.
+"""A lightweight sequence the real scheduler (engine/sched/scheduler.py) can drive: the fields it reads, no model state.
 
 The scheduler reads ``num_pending``, ``prompt_ids``, ``output_ids``, ``params.max_tokens``, ``stop.context_length``,
 ``kv.length``, ``request_id`` and ``finished``; :func:`run_prefill` and :func:`run_decode` do what the runtime does to
@@ -7,7 +7,7 @@ them when a step has run (KV grows, a token is appended, the workload's output l
 
 from __future__ import annotations
 
-from pdserve.engine.stop import FinishReason, StepResult
+from pdserve.engine.text.stop import FinishReason, StepResult
 
 CONTINUES = StepResult("")  # the scheduler only asks ``result.finished``: two shared results serve every token
 FINISHED = StepResult("", FinishReason.LENGTH)

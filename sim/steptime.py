@@ -12,7 +12,7 @@ two-batch overlap, call the model each time.
 
 from __future__ import annotations
 
-from pdserve.engine.scheduler import Step
+from pdserve.engine.sched.scheduler import Step
 from pdserve.perfmodel.timing import TimingModel
 
 _C0, _C1 = 1024, 9216  # the two uniform contexts that fix the affine law (any two distinct values give the same)

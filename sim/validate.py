@@ -27,8 +27,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdserve.engine.scheduler import Role
-from pdserve.engine.scheduler_flags import SchedulerOverrides
+from pdserve.engine.sched.flags import SchedulerOverrides
+from pdserve.engine.sched.scheduler import Role
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import summary
@@ -65,7 +65,7 @@ _SGLANG_FRONT_END = ("SGLang's latency to a first token at low concurrency diffe
                      "prompts at concurrency 8: 331 ms on v0.5.7, 165 ms on v0.5.12); the model has one fitted "
                      "per-request overhead for SGLang (139 ms), {side}")
 # Held-out rows with a goal figure outside its goal, each with the mechanism the model lacks. They stay in the table
-# and in every summary; tests/stack/test_serving_validation.py checks that this is exactly the set of misses.
+# and in every summary; tests/stack/sim/test_serving_validation.py checks that this is exactly the set of misses.
 KNOWN_MISSES: dict[str, str] = {
     **{f"dstack-sgl-dpa-3200x{n}": _EARLY_SGLANG for n in (
         "800-c128", "800-c64", "800-c32", "800-c16", "800-c8", "800-c4", "1600-c128", "3200-c128", "6400-c128")},

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pdserve.engine.default_model import default_model_path
+from pdserve.engine.model.default_model import default_model_path
 from pdserve.engine.runtime import Runtime
 from tests.tiny_model import write_tiny_model
 

@@ -105,14 +105,16 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-def pdserve_up(args: list[str], until: str):
+def pdserve_up(args: list[str], until: str, python: str | None = None, cwd=None):
     """Start ``pdserve up ARGS`` and read its output until a line starting with ``until``; returns (process, the lines
-    read). Raises with what it printed if it stops first. The caller stops it (SIGINT or SIGTERM)."""
+    read). Raises with what it printed if it stops first. The caller stops it (SIGINT or SIGTERM). ``python``: another
+    interpreter (an installed pdserve); ``cwd``: where it runs (the checkout by default)."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli.main", "up", *args], cwd=Path(__file__).parents[1],
+    from tests import REPO_ROOT
+
+    proc = subprocess.Popen([python or sys.executable, "-m", "pdserve.cli.main", "up", *args], cwd=cwd or REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:

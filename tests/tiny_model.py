@@ -62,7 +62,7 @@ def write_tiny_model(path: Path, *, layers: int = 2, hidden: int = 64, heads: in
     """``weight_type`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) is used for every layer matrix.
 
     ``even_judge``: an untied output head whose rows for the yes and no answer tokens are zero, so their logits are
-    always 0 and the completeness check (engine/completion.py) always reads P(yes) = 0.5 exactly: a threshold of 0.5
+    always 0 and the completeness check (engine/text/completion.py) always reads P(yes) = 0.5 exactly: a threshold of 0.5
     passes every check, anything above it none."""
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab()

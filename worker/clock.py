@@ -12,8 +12,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from pdserve.engine.scheduler import Step
-from pdserve.engine.stop import StepResult
+from pdserve.engine.sched.scheduler import Step
+from pdserve.engine.text.stop import StepResult
 from pdserve.perfmodel.timing import TimingModel
 from pdserve.worker.metrics import LAG_SECONDS, LAGGED_STEPS, STEP_MODELED, STEP_TOKENS, STEP_WALL
 
@@ -62,7 +62,7 @@ class StepClock:
         return self.timing.step_time(step.rank_batches()).seconds
 
     def check_seconds(self, results: list[StepResult]) -> float:
-        """The completeness checks a decode step ran (engine/completion.py): one more forward, priced as a prefill of
+        """The completeness checks a decode step ran (engine/text/completion.py): one more forward, priced as a prefill of
         each check's tokens after its sequence's cached context."""
         checks = [r.check for r in results if r.check is not None]
         if not checks:

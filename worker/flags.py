@@ -14,10 +14,10 @@ from pdserve.common.metrics import set_process_info
 from pdserve.common.scheduling import ModeledScheduling, modeled_scheduling
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
+from pdserve.engine.model.synthetic import SYNTHETIC_NAME
 from pdserve.engine.runtime import Runtime, default_served_name
-from pdserve.engine.scheduler import Role
-from pdserve.engine.scheduler_flags import SchedulerOverrides, add_scheduler_args
-from pdserve.engine.synthetic import SYNTHETIC_NAME
+from pdserve.engine.sched.flags import SchedulerOverrides, add_scheduler_args
+from pdserve.engine.sched.scheduler import Role
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.perfmodel.deployment import add_deployment_flag, check_deployment, deployment_from_args
 from pdserve.worker.clock import KV_LINKS, PACE_MODES, StepClock

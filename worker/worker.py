@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pdserve.engine.runtime import Runtime
-from pdserve.engine.scheduler import Role, Scheduler, Step, StepOutput
+from pdserve.engine.sched.scheduler import Role, Scheduler, Step, StepOutput
 from pdserve.engine.sequence import Sequence
-from pdserve.engine.stop import FinishReason, StepResult
+from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.v1 import common_pb2
 from pdserve.worker.clock import StepClock
 from pdserve.worker.metrics import ITL

@@ -5,7 +5,7 @@ import pytest
 
 from pdserve.engine.llm_engine import LLMEngine
 from pdserve.engine.params import SamplingParams
-from pdserve.engine.stop import FinishReason
+from pdserve.engine.text.stop import FinishReason
 
 pytestmark = pytest.mark.real_model
 

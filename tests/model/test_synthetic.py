@@ -5,7 +5,7 @@ relies on for prefix reuse, preemption and resumption)."""
 import numpy as np
 import pytest
 
-from pdserve.engine.synthetic import load_synthetic
+from pdserve.engine.model.synthetic import load_synthetic
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import gguf
 import pytest
 
-from pdserve.engine.tokenizer import GGUFTokenizer, IncrementalDetokenizer
+from pdserve.engine.text.tokenizer import GGUFTokenizer, IncrementalDetokenizer
 
 TEXTS = [
     "The capital of France is Paris.",

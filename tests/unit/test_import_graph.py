@@ -1,5 +1,5 @@
-"""The package import graph: no cycles, and the leaves stay leaves (every import counts, module-level or inside a
-function, since a deferred import is still a dependency)."""
+"""The package import graph: no cycles, the leaves stay leaves, and engine/'s parts keep their layers (every import
+counts, module-level or inside a function, since a deferred import is still a dependency)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["engine", "perfmodel", "common", "worker", "router", "prefill_server", "decode_server", "kvstore",
-            "openai_server", "client", "cli", "launcher", "workload", "bench", "sim"]
-GENERATED = {"v1", "testing"}  # protos/: the generated modules import only protobuf and grpc
+from tests import REPO_ROOT
+from tests.layout import GENERATED, installed_packages, package_folders
+
+ROOT = REPO_ROOT
+FOLDERS = package_folders()
+PACKAGES = list(FOLDERS)
 
 
 def imports_of(package: str) -> set[str]:
     """The pdserve packages that modules of ``package`` import."""
     found: set[str] = set()
-    for path in (ROOT / package).rglob("*.py"):
+    for path in FOLDERS[package].rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
@@ -63,9 +65,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_every_package_is_known():
+def test_every_package_on_disk_is_installed():
     on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
-    assert on_disk == set(PACKAGES), "add a new package to PACKAGES (and to pyproject.toml)"
+    assert on_disk == set(PACKAGES), "add the new package to pyproject.toml's packages and package-dir"
+    listed = set(installed_packages())
+    for name, folder in FOLDERS.items():
+        for init in folder.rglob("__init__.py"):
+            dotted = ".".join(["pdserve", name, *init.parent.relative_to(folder).parts])
+            assert dotted in listed, f"{init.parent} is missing from pyproject.toml's packages"
     unknown = {dep for deps in GRAPH.values() for dep in deps} - set(PACKAGES)
     assert not unknown, f"imports of packages that do not exist: {unknown}"
 
@@ -91,3 +98,83 @@ def test_services_do_not_import_each_other():
     services = {"router", "prefill_server", "decode_server", "openai_server"}
     for service in services:
         assert not GRAPH[service] & (services - {service}), service
+
+
+def _is_module(dotted: str) -> bool:
+    parts = dotted.split(".")
+    if len(parts) < 2 or parts[1] not in FOLDERS:
+        return False
+    path = FOLDERS[parts[1]].joinpath(*parts[2:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _module_imports(path: Path) -> set[str]:
+    """The dotted pdserve modules one file imports (``from a.b import c`` counts ``a.b.c`` when c is a module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for a in node.names:
+                child = f"{node.module}.{a.name}"
+                found.add(child if _is_module(child) else node.module)
+    return {name for name in found if name.startswith("pdserve.")}
+
+
+def engine_part(dotted: str) -> str | None:
+    """``model.kernels``, ``model``, ``kv``, ``sched``, ``text`` or ``top`` for a pdserve.engine module."""
+    parts = dotted.split(".")[2:]
+    if not parts:
+        return None
+    if parts[:2] == ["model", "kernels"]:
+        return "model.kernels"
+    return parts[0] if parts[0] in ("model", "kv", "sched", "text") and len(parts) > 1 else "top"
+
+
+# What each part of engine/ may import besides itself ("top" is engine/'s own modules: runtime, the engine loop, the
+# request's parameters and sequence, the GGUF header). Kernels are the floor; text knows nothing of the model.
+ENGINE_LAYERS = {
+    "model.kernels": set(),
+    "kv": {"model.kernels", "top"},
+    "text": {"top"},
+    "model": {"model.kernels", "kv", "text", "top"},
+    "sched": {"kv", "text", "top"},
+}
+ENGINE_TOP_MAY_IMPORT = {  # the few top modules the parts may lean on: leaves, not the loop
+    "pdserve.engine.params", "pdserve.engine.gguf_file", "pdserve.engine.sequence"}
+
+
+def engine_violations() -> list[str]:
+    out = []
+    for path in FOLDERS["engine"].rglob("*.py"):
+        rel = path.relative_to(FOLDERS["engine"]).with_suffix("")
+        own = engine_part(".".join(["pdserve", "engine", *rel.parts]))
+        if own == "top":
+            continue
+        for name in _module_imports(path):
+            if not name.startswith("pdserve.engine."):
+                continue
+            part = engine_part(name)
+            if part in (None, own) or (own == "model" and part == "model.kernels"):
+                continue
+            if part not in ENGINE_LAYERS[own] or (part == "top" and name not in ENGINE_TOP_MAY_IMPORT):
+                out.append(f"engine/{rel.as_posix()}.py imports {name}")
+    return out
+
+
+def test_engine_parts_keep_their_layers():
+    assert engine_violations() == []
+
+
+def test_engine_layer_check_sees_a_violation(tmp_path, monkeypatch):
+    bad = tmp_path / "engine" / "text"
+    bad.mkdir(parents=True)
+    (bad / "oops.py").write_text("from pdserve.engine.model.llama import LlamaModel\n")
+    monkeypatch.setitem(FOLDERS, "engine", tmp_path / "engine")
+    assert engine_violations() == ["engine/text/oops.py imports pdserve.engine.model.llama"]
+
+
+@pytest.mark.parametrize("package", ["engine", "bench"])
+def test_at_most_eight_modules_at_the_top(package):
+    top = sorted(p.name for p in FOLDERS[package].glob("*.py"))
+    assert len(top) <= 8, top

@@ -1,0 +1,172 @@
+"""``pdserve bench serve --compare``: one workload, several ways of serving it, one table.
+
+- ``in_process``: the engine in this process (one process, every core);
+- ``disaggregated``: router -> prefill -> kvstore -> decode, separate processes started here, the internal plane
+  secured as ``pdserve up`` starts it (mutual TLS, per-RPC authorization, block MACs);
+- ``disaggregated_insecure``: the same with ``--insecure-internal``, for what the security costs (the ratio line);
+- ``colocated``: router and a decode worker that prefills itself (no kvstore).
+
+Random prompts ignore EOS, so every mode generates the same tokens and output tokens/s compares like with like. For
+the disaggregated stack the KV hand-off is set against what it rides on: the kvstore write per request (the router's
+``kv_store_wall_s``) against the prefill compute per request (the prefill workers' ``pdserve_step_wall_seconds`` for
+the run, divided by the requests), not against a TTFT that queueing dominates; and decode's fetch of the blocks
+(``kv_fetch_wall_s``, before the second token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import shlex
+
+import numpy as np
+
+from pdserve.bench.kv.throughput import process_cpu_s
+from pdserve.bench.serve.backends import BenchError, InProcessBackend
+from pdserve.bench.serve.command import load_spec, run_config, run_grpc, with_backend
+from pdserve.bench.serve.runner import run
+from pdserve.common.scrape import total
+from pdserve.workload.record import LoadSpec
+from pdserve.workload.report import default_result_path, format_result, result_json, save_json
+from pdserve.workload.requests import ServedModel, build_requests
+from pdserve.workload.stats import summarize
+
+MODES = ("in_process", "disaggregated", "disaggregated_insecure", "colocated")
+
+
+def step_wall_seconds(stack, processes, phase: str) -> float:
+    """Summed wall seconds of the workers' steps of one phase so far."""
+    return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_sum", phase=phase) for p in processes)
+
+
+def stack_cpu_seconds(stack) -> float:
+    """CPU seconds every process of the stack has used so far: steadier than wall time on a shared machine."""
+    return sum(process_cpu_s(p.popen.pid) for p in stack.processes)
+
+
+def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
+                   extra: dict[str, list[str]] | None = None, insecure_internal: bool = False):
+    """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run, CPU
+    seconds of the stack's processes in the run)."""
+    from pdserve.launcher.stack import Stack, StackSpec
+
+    with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {},
+                         insecure_internal=insecure_internal)) as stack:
+        workers = stack.decodes if colocated else stack.prefills
+        before: list[tuple[float, float]] = []
+        result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
+            (step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack))))
+        after = step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack)
+    if not before:
+        return result, None, None
+    return result, after[0] - before[0][0], after[1] - before[0][1]
+
+
+def handoff(summary: dict, result, prefill_s: float | None) -> dict:
+    ok = [r for r in result.records if r.ok]
+    fetch = [r.server.get("kv_fetch_wall_s", 0.0) * 1000 for r in ok]
+    out = {"mean_kv_store_ms": float(np.mean([r.server.get("kv_store_wall_s", 0.0) for r in ok])) * 1000 if ok else 0.0,
+           "mean_kv_fetch_ms": float(np.mean(fetch)) if ok else 0.0,
+           "p99_kv_fetch_ms": float(np.percentile(fetch, 99)) if ok else 0.0,
+           "prefill_compute_s": prefill_s,
+           "prefill_compute_per_request_ms": prefill_s / len(ok) * 1000 if prefill_s is not None and ok else None}
+    return out
+
+
+def describe_workload(a: argparse.Namespace, n: int, spec: LoadSpec) -> str:
+    shape = (f"{a.input_len}-token prompts, {a.output_len or 128} output tokens" if a.dataset == "random"
+             else f"dataset {a.dataset}")
+    rate = "all at once" if math.isinf(spec.request_rate) else f"{spec.request_rate:g} req/s"
+    cap = f", max concurrency {spec.max_concurrency}" if spec.max_concurrency else ""
+    return f"workload: {n} requests, {shape}, {rate}{cap}"
+
+
+def format_comparison(workload: str, points: dict[str, dict]) -> str:
+    base = points.get("in_process", {}).get("summary", {}).get("output_throughput")
+    w = max([14, *(len(mode) for mode in points)])
+    lines = [workload,
+             f"{'mode':<{w}} {'ok':>4} {'out tok/s':>10} {'vs in-proc':>10} {'mean TTFT':>10} {'mean TPOT':>10} "
+             f"{'p99 E2EL':>9} {'duration':>9}",
+             f"{'':<{w}} {'':>4} {'':>10} {'':>10} {'ms':>10} {'ms':>10} {'ms':>9} {'s':>9}"]
+    for mode, p in points.items():
+        s = p["summary"]
+        ratio = f"{s['output_throughput'] / base:.2f}" if base else "-"
+        lines.append(f"{mode:<{w}} {s['completed']:>4} {s['output_throughput']:>10.1f} {ratio:>10} "
+                     f"{s['mean_ttft_ms']:>10.1f} {s['mean_tpot_ms']:>10.2f} {s['p99_e2el_ms']:>9.1f} "
+                     f"{s['duration']:>9.1f}")
+    d = points.get("disaggregated", {}).get("handoff")
+    if d:
+        if d["prefill_compute_per_request_ms"]:
+            share = d["mean_kv_store_ms"] / d["prefill_compute_per_request_ms"] * 100
+            lines.append(f"disaggregated KV hand-off per request: kvstore write {d['mean_kv_store_ms']:.1f} ms = "
+                         f"{share:.1f}% of prefill compute ({d['prefill_compute_per_request_ms']:.1f} ms: "
+                         f"{d['prefill_compute_s']:.2f} s of prefill steps / requests)")
+        else:
+            lines.append(f"disaggregated KV hand-off per request: kvstore write {d['mean_kv_store_ms']:.1f} ms "
+                         f"(prefill compute not exposed by the workers' metrics)")
+        lines.append(f"decode's KV fetch before the second token: {d['mean_kv_fetch_ms']:.1f} ms mean, "
+                     f"{d['p99_kv_fetch_ms']:.1f} ms p99")
+    if "disaggregated" in points and "disaggregated_insecure" in points:
+        lines.append(security_cost(points["disaggregated"]["summary"], points["disaggregated_insecure"]["summary"]))
+    return "\n".join(lines)
+
+
+def security_cost(secured: dict, insecure: dict) -> str:
+    """The secured plane against the insecure one, as ratios of the same run's figures: wall clock, and the stack's
+    CPU seconds per output token (which other work on a shared machine moves far less)."""
+    def ratio(key: str) -> str:
+        return f"{secured[key] / insecure[key]:.3f}" if insecure.get(key) else "-"
+    return (f"secured / insecure internal plane: out tok/s {ratio('output_throughput')}, mean TTFT "
+            f"{ratio('mean_ttft_ms')}, mean TPOT {ratio('mean_tpot_ms')}, p99 E2EL {ratio('p99_e2el_ms')}; stack CPU "
+            f"per output token {ratio('stack_cpu_ms_per_token')} ({secured.get('stack_cpu_ms_per_token', 0):.1f} against "
+            f"{insecure.get('stack_cpu_ms_per_token', 0):.1f} ms)")
+
+
+def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict[str, float]) -> int:
+    from pdserve.engine.runtime import model_metadata
+
+    if a.target or a.base_url:
+        raise ValueError("--compare starts its own stacks: drop --target / --base-url")
+    modes = [m for m in a.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"--modes: {','.join(unknown) or '(none)'} not among {','.join(MODES)}")
+    _, config, name = model_metadata(a.model)
+    served = ServedModel(name, config.vocab_size, config.context_length)
+    requests = build_requests(a, served)
+    spec = load_spec(a)
+    points: dict[str, dict] = {}
+    for mode in modes:
+        print(f"--- {mode} ---", flush=True)
+        prefill_s = cpu_s = None
+        if mode == "in_process":
+            result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
+                                              lambda b, _: run(b, requests, spec)))
+            backend_name = InProcessBackend.name
+        else:
+            extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
+            result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
+                                                      insecure_internal=mode == "disaggregated_insecure")
+            backend_name = f"pdserve-{mode}"
+        summary = summarize(result, percentiles, slo)
+        if cpu_s is not None and summary.get("total_output_tokens"):
+            summary["stack_cpu_ms_per_token"] = cpu_s / summary["total_output_tokens"] * 1000
+        print(format_result(summary, f"{mode}", percentiles), flush=True)
+        points[mode] = {"summary": summary, "result": result,
+                        "config": run_config(a, backend_name, served, spec, len(result.records))}
+        if mode == "disaggregated":
+            points[mode]["handoff"] = handoff(summary, result, prefill_s)
+        if summary["completed"] == 0:
+            e = summary["errors_by_status"][0]
+            raise BenchError(f"{mode}: no request succeeded: {e['status']}: {e['message']}")
+    workload = describe_workload(a, len(requests), spec)
+    workload += "".join(f"; {role} flags: {flags}" for role, flags in (("prefill", a.prefill_flags),
+                                                                       ("decode", a.decode_flags)) if flags)
+    print(format_comparison(workload, points))
+    if a.save_result is not None:
+        path = a.save_result or default_result_path("compare")
+        save_json(path, {mode: dict(result_json(p["summary"], p["config"], p["result"]), **p.get("handoff", {}))
+                         for mode, p in points.items()})
+        print(f"result written to {path}")
+    return 0

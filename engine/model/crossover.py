@@ -1,0 +1,109 @@
+"""Where the quantized products stop paying: measured once per process, on this machine, at model load.
+
+A product with the quantized weights reads 4-8x fewer bytes than one with float32 weights but does its arithmetic
+in compiled loops that unpack the weights and multiply-add at about half of BLAS's GEMM rate, while BLAS reuses each
+float32 weight across rows at full speed. So the quantized form wins for a few rows and loses for many; where it stops winning
+depends on the machine's bandwidth and arithmetic, its threads, and the model's shapes. :func:`measure_crossover`
+times one decode step's products (every layer's matrices and the head) both ways at growing row counts and returns
+the largest count at which the quantized ones were faster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+
+import numba
+import numpy as np
+
+from pdserve.engine.model.kernels.compiled import compiled
+from pdserve.engine.model.quantized import QuantizedWeights
+
+log = logging.getLogger("pdserve.engine")
+
+ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes tried, in order; the first loss ends the search
+REPEATS = 3  # each timing is the best of this many runs
+BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy machine: about a second otherwise)
+CROSSOVER_ENV = "PDSERVE_QUANT_CROSSOVER"  # a batch size here is used as it is, nothing measured
+_measured: dict[tuple, int] = {}  # per process: (model fingerprint, threads) -> crossover
+
+
+def product_pairs(quantized: QuantizedWeights, dense: Iterable[np.ndarray], threads: int) -> list[tuple]:
+    """(quantized product, float32 product) for every matrix that has both forms, as callables of ``x``."""
+    return [(lambda x, q=q: q(x, threads=threads), lambda x, w=w: np.matmul(x, w))
+            for q, w in zip(step_matrices(quantized), dense) if q is not None]
+
+
+def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[int], list[np.ndarray]],
+                      row_counts: tuple[int, ...] = ROW_COUNTS, timer: Callable[[], float] = time.perf_counter,
+                      repeats: int = REPEATS, budget_s: float = BUDGET_S) -> int:
+    """The largest row count in ``row_counts`` up to which every count ran the quantized products faster than the
+    float32 ones (0: not even one row). ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an
+    activation ``[rows, in]`` for each pair. Past ``budget_s`` no further count is tried."""
+    def best(products: list[Callable], xs: list[np.ndarray]) -> float:
+        times = []
+        for _ in range(repeats):
+            began = timer()
+            for product, x in zip(products, xs):
+                product(x)
+            times.append(timer() - began)
+        return min(times)
+
+    start = timer()
+    crossover = 0
+    for rows in row_counts:
+        if timer() - start > budget_s:
+            break
+        xs = inputs(rows)
+        quantized = best([q for q, _ in pairs], xs)
+        dense = best([f for _, f in pairs], xs)
+        if quantized >= dense:
+            break
+        crossover = rows
+    return crossover
+
+
+def model_crossover(key: tuple, quantized: QuantizedWeights, dense: list[np.ndarray], threads: int) -> int:
+    """:func:`measure_crossover` for a model's matrices (``dense``: their float32 forms, ``[in, out]``, in the order
+    of :func:`product_pairs`), measured once per process and key."""
+    if os.environ.get(CROSSOVER_ENV):
+        return int(os.environ[CROSSOVER_ENV])
+    if key not in _measured:
+        pairs = product_pairs(quantized, dense, threads)
+        widths = [w.shape[0] for w, q in zip(dense, step_matrices(quantized)) if q is not None]
+        rng = np.random.default_rng(0)
+        for (product, dense_product), width in zip(pairs, widths):  # compile, start threads, load pages: untimed
+            product(np.ones((2, width), np.float32))
+            dense_product(np.ones((2, width), np.float32))
+        _measured[key] = measure_crossover(
+            pairs, lambda rows: [rng.standard_normal((rows, n), dtype=np.float32) for n in widths])
+        log.info("quantized weights up to a batch of %d rows (measured), float32 BLAS above", _measured[key])
+    return _measured[key]
+
+
+def step_matrices(quantized: QuantizedWeights) -> list:
+    """Every matrix of a decode step in order (each layer's qkv, wo, gate_up, down, then the head); None where the
+    file's type has no quantized kernel."""
+    return [m for layer in quantized.layers for m in (layer.qkv, layer.wo, layer.gate_up, layer.down)] + [
+        quantized.output]
+
+
+def parallel_threads(wanted: int) -> int:
+    """How many threads the quantized products may split over: ``wanted``, unless numba's threading layer is its
+    fallback work queue, whose parallel region costs about 0.1 ms (measured), more than most products take."""
+    if wanted < 2:
+        return 1
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel region has run yet: run an empty one to find out
+        _start_threads(np.zeros(2))
+        layer = numba.threading_layer()
+    return wanted if layer in ("omp", "tbb") else 1
+
+
+@compiled(parallel=True)
+def _start_threads(a):  # pragma: no cover - compiled
+    for i in numba.prange(a.size):
+        a[i] += 1.0

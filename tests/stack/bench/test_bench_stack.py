@@ -1,0 +1,108 @@
+"""`pdserve bench serve` against a real stack on the tiny model: the result JSON, a sweep's plots, the comparison, and
+clear errors (exit code 2, one line, no traceback) for a bad target or a bad dataset."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pdserve.cli.main import main as pdserve_main
+from tests import REPO_ROOT
+
+ROOT = REPO_ROOT
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def pdserve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pdserve.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_stack):
+    return tiny_stack
+
+
+def test_real_stack_result_json(stack, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = pdserve_main(["bench", "serve", "--target", stack.router_target, "--num-prompts", "8", "--input-len", "16:48",
+                       "--output-len", "6", "--random-prefix-fraction", "0.5", "--request-rate", "50",
+                       "--warmup", "1", "--disable-tqdm", "--save-result", str(out)])
+    assert rc == 0
+    block = capsys.readouterr().out
+    assert "Successful requests:" in block and "modeled" in block
+    data = json.loads(out.read_text())
+    assert data["completed"] == 8 and data["failed"] == 0
+    assert data["total_output_tokens"] == 8 * 6  # random prompts ignore EOS
+    assert 8 * 16 <= data["total_input_tokens"] <= 8 * 48
+    assert data["modeled_mean_ttft_ms"] > 0 and data["modeled_mean_tpot_ms"] > 0 and data["modeled_duration"] > 0
+    assert data["mean_kv_fetch_ms"] > 0 and data["mean_kv_store_ms"] > 0
+    assert {r["finish_reason"] for r in data["requests"]} == {"length"}
+    assert all(r["server"]["e2e_modeled_s"] > 0 for r in data["requests"])
+
+
+def test_builtin_chat_prompts_through_the_router(stack, capsys):
+    assert pdserve_main(["bench", "serve", "--target", stack.router_target, "--dataset", "builtin", "--num-prompts", "6",
+                         "--output-len", "4", "--max-concurrency", "3", "--disable-tqdm"]) == 0
+    assert "Failed requests:                                 0" in capsys.readouterr().out
+
+
+def test_sweep_draws_plots(stack, tmp_path, capsys):
+    plots = tmp_path / "plots"
+    rc = pdserve_main(["bench", "serve", "--target", stack.router_target, "--num-prompts", "4", "--input-len", "16",
+                       "--output-len", "4", "--sweep", "concurrency:1,4", "--plot-dir", str(plots),
+                       "--goodput", "ttft:5000", "--disable-tqdm", "--save-result", str(tmp_path / "s.json")])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "concurrency" in table and "goodput" in table
+    for name in ("latency.png", "throughput.png", "distributions.png"):
+        assert (plots / name).read_bytes()[:8] == PNG_MAGIC
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert [p["max_concurrency"] for p in data["points"]] == [1, 4]
+    assert all(p["completed"] == 4 for p in data["points"])
+
+
+def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path):
+    out = pdserve("bench", "serve", "--compare", "--model", str(tiny_model_path), "--modes",
+                  "in_process,disaggregated,disaggregated_insecure",
+                  "--num-prompts", "6", "--input-len", "32", "--output-len", "4", "--max-concurrency", "3",
+                  "--disable-tqdm", "--save-result", str(tmp_path / "c.json"), "--prefill-flags", "--max-num-batched-tokens 16")
+    assert out.returncode == 0, out.stderr
+    assert "in_process" in out.stdout and "disaggregated" in out.stdout
+    assert "; prefill flags: --max-num-batched-tokens 16" in out.stdout  # 32-token prompts in two steps
+    assert "% of prefill compute" in out.stdout and "decode's KV fetch" in out.stdout
+    cost = next(line for line in out.stdout.splitlines() if line.startswith("secured / insecure internal plane:"))
+    assert "out tok/s" in cost and "stack CPU per output token" in cost
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["disaggregated"]["stack_cpu_ms_per_token"] > 0 and data["disaggregated_insecure"]["completed"] == 6
+    assert data["in_process"]["completed"] == 6 and data["disaggregated"]["completed"] == 6
+    assert data["disaggregated"]["prefill_compute_s"] > 0
+    # the same workload, so the same token counts in both modes
+    assert data["in_process"]["total_output_tokens"] == data["disaggregated"]["total_output_tokens"] == 24
+    assert data["in_process"]["total_input_tokens"] == data["disaggregated"]["total_input_tokens"] == 6 * 32
+
+
+def test_bad_target_is_a_clear_error():
+    out = pdserve("bench", "serve", "--target", "127.0.0.1:1", "--num-prompts", "2", "--disable-tqdm")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--target 127.0.0.1:1" in out.stderr and "UNAVAILABLE" in out.stderr
+    out = pdserve("bench", "serve", "--base-url", "http://127.0.0.1:1/v1", "--disable-tqdm")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "cannot connect" in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "jsonl", "--dataset-path", "/nonexistent/prompts.jsonl"], "does not exist"),
+    (["--dataset", "jsonl"], "--dataset jsonl needs --dataset-path"),
+    (["--dataset", "trace", "--dataset-path", "{trace}"], "'input_length' must be a non-negative number"),
+    (["--input-len", "64:8"], "--input-len: expected N or MIN:MAX"),
+    (["--goodput", "ttft:fast"], "--goodput ttft: 'fast' is not a number"),
+    (["--sweep", "speed:1,2"], "--sweep: 'speed' is not 'rate' or 'concurrency'"),
+])
+def test_bad_dataset_or_flag_is_a_clear_error(stack, tmp_path, args, message):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": "long", "output_length": 3, "hash_ids": []}\n')
+    args = [a.replace("{trace}", str(trace)) for a in args]
+    out = pdserve("bench", "serve", "--target", stack.router_target, "--num-prompts", "2", "--disable-tqdm", *args)
+    assert out.returncode == 2, out.stdout
+    assert "Traceback" not in out.stderr and message in out.stderr

@@ -1,0 +1,86 @@
+"""pdserve plan: candidates that hold the model, SLO parsing, a small search end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pdserve.cli.main import main as cli_main
+from pdserve.common.scheduling import modeled_scheduling
+from pdserve.engine.sched.scheduler import Role
+from pdserve.perfmodel.deployment import Deployment, check_deployment
+from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
+from pdserve.sim.plan_command import parse_duration
+from pdserve.sim.planner import candidates
+from pdserve.sim.sensitivity import VARIANTS, variant
+
+
+def test_candidates_use_the_smallest_instance_that_holds_the_model():
+    pool = candidates(["H20-141G", "H800"], max_nodes=4, dp_attention=(False,), sizes=1)
+    by_hw = {}
+    for c in pool:
+        by_hw.setdefault(c.deployment.hardware, set()).add(c.deployment.gpus)
+    assert by_hw == {"H20-141G": {8}, "H800": {16}}  # R1's 671 GB of FP8 weights do not fit 8 x 80 GB
+    labels = [c.label() for c in pool]
+    assert "1 colocated of 8xH20-141G TP8 EP8" in labels and "3P1D of 8xH20-141G TP8 EP8" in labels
+    assert "1P1D of 16xH800 TP8 EP16" in labels and not any("2P1D of 16x" in x for x in labels)
+    assert all(c.gpus <= 32 for c in pool)
+    two = {c.label() for c in candidates(["H20-141G"], max_nodes=4, dp_attention=(False,), tp_sizes=(8, 4))}
+    assert {"1P1D of 16xH20-141G TP8 EP16", "1 colocated of 8xH20-141G TP4 EP8"} <= two
+    assert "2P1D of 16xH20-141G TP8 EP16" not in two  # 48 GPUs: beyond 4 nodes
+
+
+def test_candidates_hold_the_model_with_the_memory_their_software_leaves():
+    """SGLang reserves memory per DP-attention rank for CUDA graphs: 16 x H20-96G with DP attention holds the weights
+    at a 0.9 fraction but leaves SGLang no KV cache, so the plan must not offer it (it used to, and then failed)."""
+    dp16 = Deployment(hardware="H20-96G", gpus=16, ep=16, dp_attention=True)
+    check_deployment(dp16)  # fits at the old fixed fraction
+    with pytest.raises(ValueError, match="gpus:"):
+        modeled_scheduling(dp16, Role.DECODE)
+    pool = {(c.deployment.gpus, c.deployment.dp_attention) for c in candidates(["H20-96G"], max_nodes=4)}
+    assert (16, True) not in pool and (16, False) in pool
+
+
+def test_parse_duration():
+    assert parse_duration("2s", "ttft_p90") == 2.0 and parse_duration("50ms", "tpot_p90") == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="tpot_p90"):
+        parse_duration("fast", "tpot_p90")
+
+
+def test_plan_small_search(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    rc = cli_main(["plan", "--num-prompts", "40", "--input-len", "200:800", "--output-len", "20:60",
+                   "--hardware", "H20-141G", "--max-nodes", "2", "--no-dp-attention", "--probes", "3",
+                   "--instance-sizes", "1",
+                   "--ttft-p90", "2s", "--tpot-p90", "60ms", "--save-result", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "baseline (the article's 8 x H20-141G TP8 EP8, colocated)" in text and "winner:" in text
+    assert "binding SLO:" in text and "one more decode instance" in text
+    data = json.loads(out.read_text())
+    labels = {r["candidate"] for r in data["candidates"]}
+    assert labels == {"1 colocated of 8xH20-141G TP8 EP8", "1P1D of 8xH20-141G TP8 EP8"}
+    assert data["winner"]["goodput_per_gpu"] >= max(r["goodput_per_gpu"] for r in data["candidates"])
+    assert data["pareto"] and data["baseline"]["gpus"] == 8
+    assert data["winner"]["goodput"] > 0 and data["winner"]["p90_tpot_ms"] <= 60
+
+
+def test_plan_refuses_bad_slo(capsys):
+    assert cli_main(["plan", "--tpot-p90=0ms", "--num-prompts", "5"]) == 2
+    assert "tpot_p90" in capsys.readouterr().err
+
+
+def test_a_sensitivity_variant_reaches_the_simulated_steps():
+    """--sensitivity changes a deployment's timing model in place; the simulated instance must step with that model
+    (it used to rebuild a default one when it resolved the software's memory fraction, and every variant gave the
+    same answer as the model itself)."""
+    base = Deployment()
+    half = variant(base, next(change for name, _, change in VARIANTS if name == "per-layer overhead x0.5"))
+    requests = [SimRequest(list(range(1, 400)), 20) for _ in range(4)]
+
+    def duration(d: Deployment) -> float:
+        result = Cluster(ClusterSpec([Pool(Role.BOTH, d, 1)], frontend=False)).run(requests, [0.0] * 4)
+        return max(s.finish_s for s in result.sequences)
+
+    assert duration(half) < 0.8 * duration(base)
