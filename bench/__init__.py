@@ -1,8 +1,10 @@
-"""``pdserve bench``: a load tool in the manner of vLLM's ``bench serve``, pointed at any running stack.
+"""Every benchmark of pdserve and the load tool, as ``pdserve bench COMMAND`` (the commands: cli.py).
 
-One module per job: ``datasets`` (what to send), ``arrivals`` (when), ``backends`` (how: the router over gRPC, an
-OpenAI-compatible HTTP endpoint, or the in-process engine), ``record`` (one request's outcome), ``runner`` (sending
-with a concurrency cap and a progress bar), ``metrics`` (statistics in the wall and the modeled clock), ``report``
-(the result block and the JSON file), ``sweep`` (several loads, PNG plots), ``compare`` (one workload against three
-ways of serving), ``args`` (the flags) and ``command`` (from the flags to a run).
+- ``serve/``: the load tool in the manner of vLLM's ``bench serve``, pointed at any running stack (what to send and
+  when, the statistics and the result block are workload/'s; this package adds the backends, the runner, sweeps and
+  the side-by-side ``--compare``);
+- ``kv/``: the kvstore's throughput and behaviour as it fills, and the KV hand-off inside the stack;
+- ``faults/``: the fault matrix, hostile requests and the soak;
+- ``runtime/``: the engine against this machine's floor and llama.cpp, the paced clock, the simulator's speed and
+  the stop rules.
 """

@@ -1,0 +1,1 @@
+"""Fault benchmarks: the fault matrix (``chaos``), hostile requests and the soak."""

@@ -1,0 +1,1 @@
+"""KV cache: blocks, a sequence's cache and the shared slab, element types, the budget and forks."""

@@ -1,0 +1,1 @@
+"""Text in and out: tokenizer and chat template, sampling, stop rules, the completeness rule, logprobs."""
