@@ -53,7 +53,7 @@ def test_decode_worker_killed_under_pdserve_up(tiny_model_path, tiny_runtime, tm
                          until="try:")
     try:
         stack = AttachedStack(state)
-        assert stack.scrape(stack.edge)  # the edge's own metrics port (the KeyError of issue 22)
+        assert stack.scrape(stack.edge)  # the edge's own metrics port is scraped like the others
         want = [r.output_ids for r in reference(tiny_runtime, PROMPTS, [GREEDY] * 2)]
         got: list[list[int]] = [[], []]
         errors: list[Exception] = []

@@ -48,7 +48,7 @@ def test_the_char_limit_is_what_the_context_can_hold():
 
 
 def test_a_chat_over_the_limit_in_all_is_refused_before_tokenizing():
-    """Each message is within the limit; together they are not (the 12 MB request of issue 22 was twelve 1 MB
+    """Each message is within the limit; together they are not (a 12 MB request can be twelve 1 MB
     messages). Refused naming the field and the limit, and the tokenizer never runs."""
     tok = RecordingTokenizer()
     validator = RequestValidator(tok, "m", context_length=100)
