@@ -22,7 +22,7 @@ import sys
 COMMANDS = {
     "serve": ("load test a running stack (gRPC or OpenAI HTTP), a sweep, or --compare", "serve.command"),
     "engine": ("engine throughput against this machine's measured floor", "runtime.engine"),
-    "kv": ("kvstore Put/Get throughput against bare gRPC and memcpy; --handoff inside the stack", "kv.throughput"),
+    "kv": ("kvstore Put/Get throughput against bare gRPC and memcpy; --handoff inside the stack", "kv.command"),
     "pacing": ("synthetic stack, realtime pacing: wall TPOT vs modeled TPOT", "runtime.pacing"),
     "sim": ("simulator speed: requests simulated per wall second on a big cluster", "runtime.sim_speed"),
     "chaos": ("the fault matrix: each fault under steady load, answers checked, leaks counted", "faults.chaos"),
