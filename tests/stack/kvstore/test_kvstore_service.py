@@ -1,4 +1,5 @@
-"""The kvstore service on loopback: eviction under its budget, leases, corruption caught, sharding, bad input."""
+"""The kvstore service on loopback: eviction under its budget, leases, corruption caught, bad input, fault injection
+(sharding: test_kvstore_sharding.py)."""
 
 import asyncio
 import collections
@@ -8,54 +9,7 @@ import pytest
 
 from pdserve.kvstore.client import BlockData, KVIntegrityError
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
-
-CAPACITY_MB = 0.01  # 10,485 bytes a shard: about ten 300-byte blocks with their overhead
-
-
-@pytest.fixture(scope="module")
-def small_kvstores():
-    from pdserve.launcher.stack import Stack, StackSpec
-
-    stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=2, kv_capacity_mb=CAPACITY_MB, fault_injection=True))
-    stack.start(60)
-    assert stack.router is None and len(stack.processes) == 2
-    yield stack
-    stack.stop()
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
-class Roles:
-    """One client per role on a stack's kvstores: leases are made (and given up) by the router, blocks put by prefill,
-    read under a lease, Stats and Corrupt by the test identity."""
-
-    def __init__(self, stack, targets: list[str]) -> None:
-        self.router, self.prefill, self.test = (stack.kv_client(role, targets=targets)
-                                                for role in ("router", "prefill", "test"))
-
-    async def lease(self, name: str) -> str:
-        await self.router.create_lease(name, 60)
-        return name
-
-    async def close(self) -> None:
-        await asyncio.gather(self.router.close(), self.prefill.close(), self.test.close())
-
-
-def block(i: int, fill: bytes = b"") -> BlockData:
-    return BlockData(f"blk{i:03d}", 16, (fill or bytes([i % 256])) * 300)
-
-
-async def _used(kv: Roles) -> int:
-    return (await kv.test.stats())[0].bytes_used
-
-
-async def _put_released(kv: Roles, blocks: list[BlockData], name: str) -> int:
-    """Store blocks under a lease of their own and give it up at once (they may be evicted from then on)."""
-    stored = await kv.prefill.put(blocks, await kv.lease(name), 60)
-    await kv.router.release(name)
-    return stored
+from tests.stack.kvstore.kv_roles import Roles, block, put_released, run, used, wait_for_async
 
 
 def test_service_eviction_leases_and_corruption(small_kvstores):
@@ -64,16 +18,16 @@ def test_service_eviction_leases_and_corruption(small_kvstores):
     async def scenario():
         kv = Roles(small_kvstores, [target])
         try:
-            before = await _used(kv)
-            await _put_released(kv, [block(0)], "lease-0")
-            charge = await _used(kv) - before  # what one 300-byte block costs the budget, overhead and all
+            before = await used(kv)
+            await put_released(kv, [block(0)], "lease-0")
+            charge = await used(kv) - before  # what one 300-byte block costs the budget, overhead and all
             assert charge > 300
             lease_1 = await kv.lease("lease-1")
             assert await kv.prefill.put([block(1)], lease_id=lease_1, lease_ttl_s=60) == 1
             assert await kv.prefill.put([block(1)], lease_id=lease_1, lease_ttl_s=60) == 0  # idempotent
             i = 2
             while (await kv.test.stats())[0].evictions == 0:  # fill the budget until the first eviction
-                await _put_released(kv, [block(i)], f"fill-{i}")
+                await put_released(kv, [block(i)], f"fill-{i}")
                 i += 1
             # the least recently used unleased block went (blk000), never the leased one (blk001, older still)
             assert await kv.prefill.lookup(["blk000"]) == 0 and await kv.prefill.lookup(["blk001"]) == 1
@@ -191,12 +145,12 @@ def test_bytes_of_puts_still_arriving_are_charged(small_kvstores):
                 yield message
         try:
             slow, other = await kv.lease("slow"), await kv.lease("other")
-            before = await _used(kv)
+            before = await used(kv)
             put = kvstore_pb2_grpc.KVStoreStub(ch).Put(requests())
             await first.put(kvstore_pb2.PutChunk(lease_id=slow, lease_ttl_s=60, header=kvstore_pb2.BlockHeader(
                 key="slow", token_count=1, nbytes=9000, crc32=0)))
             await first.put(kvstore_pb2.PutChunk(data=bytes(6000)))
-            await wait_for_async(lambda: _used(kv), lambda used: used >= before + 6000)
+            await wait_for_async(lambda: used(kv), lambda used: used >= before + 6000)
             second = [kvstore_pb2.PutChunk(lease_id=other, lease_ttl_s=60, header=kvstore_pb2.BlockHeader(
                           key="other", token_count=1, nbytes=6000, crc32=0)),
                       kvstore_pb2.PutChunk(data=bytes(6000))]
@@ -204,118 +158,11 @@ def test_bytes_of_puts_still_arriving_are_charged(small_kvstores):
                 await kvstore_pb2_grpc.KVStoreStub(ch).Put(iter(second))
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "block other" in err.value.details()
             put.cancel()
-            await wait_for_async(lambda: _used(kv), lambda used: used == before)
+            await wait_for_async(lambda: used(kv), lambda used: used == before)
             await kv.router.release(slow)
             await kv.router.release(other)
         finally:
             await ch.close()
-            await kv.close()
-
-    run(scenario())
-
-
-async def wait_for_async(read, holds, timeout_s: float = 30.0):
-    """Poll the coroutine ``read()`` until ``holds(value)``."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not holds(value := await read()):
-        assert asyncio.get_running_loop().time() < deadline, f"last value {value}"
-        await asyncio.sleep(0.05)
-    return value
-
-
-def test_service_sharded_put_get_lookup(small_kvstores):
-    targets = [p.target for p in small_kvstores.kvstores]
-
-    async def scenario():
-        kv = Roles(small_kvstores, targets)
-        try:
-            keys = [f"shard-test-{i}" for i in range(64)]  # four on each shard (the ports, and so the placement, vary)
-            keys = [k for k in keys if kv.prefill.shard_of(k) == 0][:4] + [k for k in keys if kv.prefill.shard_of(k) == 1][:4]
-            blocks = [BlockData(key, 1, bytes([i]) * 50, ("", "float16", "bfloat16")[i % 3]) for i, key in enumerate(keys)]
-            await kv.prefill.put(blocks, await kv.lease("sh"), 60)
-            assert {kv.prefill.shard_of(b.key) for b in blocks} == {0, 1}
-            assert await kv.prefill.lookup([b.key for b in blocks] + ["missing"]) == 8
-            got = await kv.prefill.get([b.key for b in reversed(blocks)], lease_id="sh")
-            assert [g.data for g in got] == [b.data for b in reversed(blocks)]
-            assert [g.kv_dtype for g in got] == [b.kv_dtype for b in reversed(blocks)]  # kept, sent back
-            assert await kv.router.release("sh") == 8
-        finally:
-            await kv.close()
-
-    run(scenario())
-
-
-def test_a_shard_that_does_not_know_the_lease_holds_nothing_of_it(small_kvstores):
-    """The lease is made on shard 0 only, as when shard 1 was down then or has restarted since (empty): Puts under it
-    go to shard 0 for every key, an Acquire counts none on shard 1, and a waiting Get there answers at once and moves
-    on; a lease no shard knows fails FAILED_PRECONDITION, told apart by ``lease_unknown``."""
-    from pdserve.kvstore.client import lease_unknown
-
-    targets = [p.target for p in small_kvstores.kvstores]
-
-    async def scenario():
-        kv = Roles(small_kvstores, targets)
-        only_shard_0 = small_kvstores.kv_client("router", targets=targets[:1])
-        try:
-            keys = [f"half-known-{i}" for i in range(64)]
-            keys = [k for k in keys if kv.prefill.shard_of(k) == 1][:3] + [k for k in keys if kv.prefill.shard_of(k) == 0][:1]
-            blocks = [BlockData(key, 1, bytes([i + 1]) * 40) for i, key in enumerate(keys)]
-            await only_shard_0.create_lease("half", 60)
-            assert await kv.prefill.acquire(keys, "half", 60) == 0  # shard 1 holds nothing of it: the first key's
-            on_shard_1 = (await kv.test.stats())[1].blocks
-            assert await kv.prefill.put(blocks, "half", 60) == 4
-            assert (await kv.test.stats())[1].blocks == on_shard_1  # all went to shard 0
-            got = await asyncio.wait_for(kv.prefill.get(keys, lease_id="half", wait_s=600), 120)
-            assert [g.data for g in got] == [b.data for b in blocks]
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await kv.prefill.put(blocks[:1], "nobody-made-this", 60)
-            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and lease_unknown(err.value)
-            await kv.router.release("half")
-        finally:
-            await asyncio.gather(kv.close(), only_shard_0.close())
-
-    run(scenario())
-
-
-def _answer_held(acquire, answered: list, read_on: asyncio.Event):
-    """``acquire`` whose answer, once in, waits for ``read_on`` before the caller reads it: the kvstore has made the
-    lease and the maker has not heard (a client that goes away then cancels the maker)."""
-    async def held(request, timeout=None):
-        reply = await acquire(request, timeout=timeout)
-        answered.append(reply)
-        await read_on.wait()
-        return reply
-    return held
-
-
-def test_a_lease_whose_maker_was_cancelled_before_the_answer_is_released(small_kvstores):
-    """The router was cancelled (its client went away) after the kvstore made the request's lease and before it read
-    the answer: the lease is released once the answer is in, not held, known to nobody, until its TTL (60 s here)."""
-    from pdserve.kvstore.lease import KVLease
-
-    targets = [p.target for p in small_kvstores.kvstores]
-
-    async def scenario():
-        kv = Roles(small_kvstores, targets)
-        answered, read_on = [], asyncio.Event()
-        for stub in kv.router.stubs:
-            stub.Acquire = _answer_held(stub.Acquire, answered, read_on)
-        try:
-            before = sum(s.leases for s in await kv.test.stats())
-            making = asyncio.create_task(KVLease.create(kv.router, 60))
-            while len(answered) < len(targets):
-                await asyncio.sleep(0.01)
-            assert sum(s.leases for s in await kv.test.stats()) == before + len(targets)  # made on every shard
-            making.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await making
-            read_on.set()  # the answer reaches the cancelled maker
-
-            async def released() -> None:
-                while sum(s.leases for s in await kv.test.stats()) != before:
-                    await asyncio.sleep(0.05)
-            await asyncio.wait_for(released(), 30)
-        finally:
             await kv.close()
 
     run(scenario())
