@@ -141,12 +141,19 @@ def decode_step_s(runtime: Runtime, batch: int, context: int, steps: int) -> flo
     return float(np.median(step_times))
 
 
+def path_label(runtime: Runtime, rows: int) -> tuple[str, str]:
+    """(the products' path a forward of ``rows`` rows runs, the row's label): ``auto`` resolves per forward to the
+    quantized matrices up to the crossover and float32 above, and its floor must be the floor of what ran."""
+    ran = "quantized" if runtime.model.quantized_rows(rows) else "float32"
+    return ran, (f"auto:{ran[:5]}" if runtime.model.weight_path == "auto" else ran)
+
+
 def bench_decode(runtime: Runtime, machine: Machine, batch: int, context: int, steps: int) -> BenchRow:
     """One decode row on the runtime's current weight path and KV dtype."""
-    weights, kv_dtype = runtime.model.weight_path, runtime.kv_dtype
+    (ran, label), kv_dtype = path_label(runtime, batch), runtime.kv_dtype
     step_s = decode_step_s(runtime, batch, context, steps)
-    floor_s, bound = machine.floor_s(*ModelCost.of(runtime, weights, kv_dtype).decode(batch, context + steps // 2))
-    return BenchRow("decode", batch, context, batch / step_s, batch / floor_s, bound, weights, kv_dtype)
+    floor_s, bound = machine.floor_s(*ModelCost.of(runtime, ran, kv_dtype).decode(batch, context + steps // 2))
+    return BenchRow("decode", batch, context, batch / step_s, batch / floor_s, bound, label, kv_dtype)
 
 
 def bench_prefill(runtime: Runtime, machine: Machine, prompt_tokens: int, repeats: int) -> BenchRow:
@@ -158,10 +165,10 @@ def bench_prefill(runtime: Runtime, machine: Machine, prompt_tokens: int, repeat
         return _timed(lambda: runtime.prefill([(seq, prompt_tokens)]))
 
     once()  # warm-up
-    weights, kv_dtype = runtime.model.weight_path, runtime.kv_dtype
-    floor_s, bound = machine.floor_s(*ModelCost.of(runtime, "float32", kv_dtype).prefill(prompt_tokens))
+    (ran, label), kv_dtype = path_label(runtime, prompt_tokens), runtime.kv_dtype
+    floor_s, bound = machine.floor_s(*ModelCost.of(runtime, ran, kv_dtype).prefill(prompt_tokens))
     return BenchRow("prefill", prompt_tokens, 0, prompt_tokens / _best_of(once, repeats), prompt_tokens / floor_s,
-                    bound, "float32" if weights == "auto" else weights, kv_dtype)
+                    bound, label, kv_dtype)
 
 
 def run_engine_bench(runtime: Runtime, batches=DEFAULT_BATCHES, prompt_lens=DEFAULT_PROMPT_LENS,
@@ -189,12 +196,12 @@ def format_rows(machine: Machine, rows: list[BenchRow], model_name: str, crossov
         f"machine (measured now): read {machine.read_bytes_per_s / 1e9:.1f} GB/s, "
         f"GEMM {machine.gemm_flops_per_s / 1e9:.1f} GFLOP/s float32"
         + (f"; quantized products up to {crossover} rows (measured at load)" if crossover is not None else ""),
-        f"{'phase':<8} {'weights':<9} {'kv':<8} {'context':>7} {'batch/len':>9} {'engine tok/s':>13} "
+        f"{'phase':<8} {'weights':<10} {'kv':<8} {'context':>7} {'batch/len':>9} {'engine tok/s':>13} "
         f"{'floor tok/s':>12} {'bound':>6} {'engine/floor':>12}",
     ]
     for r in rows:
         context = str(r.context) if r.phase == "decode" else "-"
-        lines.append(f"{r.phase:<8} {r.weights:<9} {r.kv_dtype:<8} {context:>7} {r.shape:>9} "
+        lines.append(f"{r.phase:<8} {r.weights:<10} {r.kv_dtype:<8} {context:>7} {r.shape:>9} "
                      f"{r.engine_tokens_per_s:>13.1f} {r.floor_tokens_per_s:>12.1f} {r.bound:>6} {r.ratio:>12.2f}")
     return "\n".join(lines)
 

@@ -29,7 +29,22 @@ def test_rows_for_each_weight_path_and_kv_dtype_with_their_floors(q4_runtime, mo
     assert decode["quantized", "float32", 1].floor_tokens_per_s > 3 * decode["float32", "float32", 1].floor_tokens_per_s
     assert q4_runtime.model.weight_path == "auto" and q4_runtime.kv_dtype == "float16"  # left as the last run set it
     text = format_rows(machine, rows, "tiny", crossover=q4_runtime.model.crossover)
-    assert "quantized products up to" in text and text.count("\ndecode   quantized float16") == 2
+    assert "quantized products up to" in text and text.count("\ndecode   quantized  float16") == 2
+
+
+def test_auto_rows_are_labelled_and_floored_by_the_path_they_ran(q4_runtime, monkeypatch):
+    """``auto`` runs the quantized products up to the crossover and float32 above: each row's floor is the floor of
+    the path that ran (a float32 floor under a quantized step read as more than the machine can do)."""
+    monkeypatch.setattr("pdserve.bench.runtime.engine.measure_machine", lambda: Machine(10e9, 100e9))
+    monkeypatch.setattr(q4_runtime.model, "crossover", 2)
+    _, rows = run_engine_bench(q4_runtime, batches=(1, 4), prompt_lens=(16,), contexts=(8,), steps=2, repeats=1,
+                               weights=("auto", "quantized", "float32"), kv_dtypes=("float32",))
+    decode = {(r.weights, r.shape): r for r in rows if r.phase == "decode"}
+    assert {"auto:quant", "auto:float"} <= {w for w, _ in decode}
+    assert decode["auto:quant", 1].floor_tokens_per_s == decode["quantized", 1].floor_tokens_per_s
+    assert decode["auto:float", 4].floor_tokens_per_s == decode["float32", 4].floor_tokens_per_s
+    (prefill,) = [r for r in rows if r.phase == "prefill"]
+    assert prefill.weights == "auto:float"  # 16 rows, past the crossover
 
 
 def test_the_floors_count_quantized_weight_bytes_and_16_bit_kv_bytes(q4_runtime):
