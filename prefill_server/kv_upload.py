@@ -1,10 +1,11 @@
 """Storing a prompt's KV blocks while the prompt is still being computed.
 
-A prompt longer than one step's token budget is prefilled in chunks. As each chunk's step ends, the blocks it
-completed are exported and Put in the background (leased for decode), while the next chunk computes: what is left
-when the last chunk ends is that chunk's blocks and the partial tail, not the whole prompt (the chunk-wise form of
-the layer-wise transfer of Mooncake and vLLM's KV connectors). A later chunk never writes the positions of an earlier
-block, so exporting a finished block beside the running step is safe.
+A prompt is computed in forwards (a step's chunks, cut to the worker's compute chunk). As each forward ends, the
+blocks it completed are exported and Put in the background (leased for decode), while the next forward computes; the
+forward that completes the prompt starts the Put of the rest, partial tail included, at once, while the other
+prompts of its step still compute (the chunk-wise form of the layer-wise transfer of Mooncake and vLLM's KV
+connectors). A later forward never writes the positions of an earlier block, so exporting a finished block beside
+the running forward is safe.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class BlockUploader:
         self.next = first  # the next block to store
         self.lease = lease  # the blocks are stored under it
         self.pending: list[asyncio.Task] = []
-        self.puts = 0  # Put calls made (one per chunk before the last that completed a block, then one)
+        self.puts = 0  # Put calls made (one per forward before the last that completed a block, then one)
+        self.rest_sent = False  # the last blocks and the tail are on their way
 
     def _export_ready(self) -> list[BlockData]:
         bt = self.seq.kv.block_tokens
@@ -57,20 +59,34 @@ class BlockUploader:
             await self.kv.put(blocks, self.lease.lease_id, self.lease.ttl_s)
 
     def chunk_done(self) -> None:
-        """A prompt chunk's step ended: start storing the blocks it completed. After the last chunk nothing starts
-        here: :meth:`finish` stores the rest with the tail, in one Put."""
+        """A forward over this prompt ended: start storing the blocks it completed, or, once the whole prompt is in
+        the cache, the rest with the partial tail, in one Put."""
         if self.seq.kv.length < len(self.seq.prompt_ids):
             self._put(self._export_ready())
+        else:
+            self._put_rest()
+
+    def _put_rest(self) -> None:
+        """Put the last full blocks and the partial tail, once."""
+        if self.rest_sent:
+            return
+        self.rest_sent = True
+        blocks, keys = self._export_ready(), self.handle_keys
+        if len(keys) > len(self.keys):  # the partial tail
+            tail_tokens = len(self.seq.prompt_ids) % self.seq.kv.block_tokens
+            blocks.append(BlockData(keys[-1], tail_tokens, self.seq.kv.export_block(len(self.keys)),
+                                    self.seq.kv.kv_dtype))
+        self._put(blocks)
+
+    @property
+    def handle_keys(self) -> list[str]:
+        return handle_block_keys(self.keys, self.lease.lease_id, len(self.seq.prompt_ids), self.seq.kv.block_tokens)
 
     async def finish(self) -> list[str]:
-        """Store what is left (the last full blocks and the partial tail) and wait for every Put; returns the
-        handle's keys. A failed Put raises here, after the others are cancelled."""
-        blocks = self._export_ready()
-        n, bt = len(self.seq.prompt_ids), self.seq.kv.block_tokens
-        keys = handle_block_keys(self.keys, self.lease.lease_id, n, bt)
-        if len(keys) > len(self.keys):  # the partial tail
-            blocks.append(BlockData(keys[-1], n % bt, self.seq.kv.export_block(len(self.keys)), self.seq.kv.kv_dtype))
-        self._put(blocks)
+        """Store what is left, if the last forward has not, and wait for every Put; returns the handle's keys. A
+        failed Put raises here, after the others are cancelled."""
+        self._put_rest()
+        keys = self.handle_keys
         try:
             await asyncio.gather(*self.pending)
         except BaseException:

@@ -43,7 +43,7 @@ def package_folders() -> list[tuple[str, Path]]:
 
 def render() -> str:
     out = [HEADER]
-    for name, folder in package_folders():
+    for _, folder in package_folders():
         out.append(f"## `{folder.relative_to(ROOT).as_posix()}/`\n")
         init = folder / "__init__.py"
         if init.is_file() and first_sentence(init):

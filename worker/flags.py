@@ -21,7 +21,8 @@ from pdserve.engine.sched.scheduler import Role
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.perfmodel.deployment import add_deployment_flag, check_deployment, deployment_from_args
 from pdserve.worker.clock import KV_LINKS, PACE_MODES, StepClock
-from pdserve.worker.worker import DEFAULT_STEP_NICE, Worker
+from pdserve.worker.metrics import TOKEN_BUDGET
+from pdserve.worker.worker import DEFAULT_COMPUTE_CHUNK_TOKENS, DEFAULT_STEP_NICE, Worker
 
 MAX_SLAB_SEQS = 256  # the decode slab's slots; a larger modeled batch keeps the rest in private KV arrays
 
@@ -51,6 +52,10 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
                              "there too); others get the socket")
     add_scheduler_args(parser)
     parser.add_argument("--max-queue", type=int, default=max_queue, help="requests held before RESOURCE_EXHAUSTED")
+    parser.add_argument("--compute-chunk-tokens", type=int, default=DEFAULT_COMPUTE_CHUNK_TOKENS,
+                        help="prompt tokens one forward computes on this machine; steps are still composed and "
+                             "priced by the step budget (--max-num-batched-tokens), and the KV each forward completes "
+                             "is stored while the next computes")
     parser.add_argument("--model-step-nice", type=int, default=DEFAULT_STEP_NICE, choices=range(0, 20),
                         metavar="0..19", help="run the model step this much nicer than the rest of the process, so "
                         "that gRPC and KV transfers on shared cores are not starved by compute (0: same priority)")
@@ -88,8 +93,12 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
         runtime = Runtime.load(args.model, args.block_tokens, kv_dtype=args.kv_dtype, **extra)
     except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
         raise SystemExit(f"--kv-dtype: {exc}") from None
+    if args.compute_chunk_tokens < 1:
+        raise SystemExit(f"--compute-chunk-tokens: {args.compute_chunk_tokens} must be >= 1")
+    TOKEN_BUDGET.labels("step").set(scheduling.config.max_num_batched_tokens)
+    TOKEN_BUDGET.labels("forward").set(args.compute_chunk_tokens)
     return Worker(runtime, scheduling.build(runtime.free), clock, args.max_queue, default_served_name(args.model),
-                  args.model_step_nice)
+                  args.model_step_nice, args.compute_chunk_tokens)
 
 
 async def run_worker(name: str, args, worker: Worker,

@@ -3,7 +3,7 @@ inter-token latency of its sequences."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from pdserve.common.metrics import MODELED_STEP_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_STEP_BUCKETS, ClockPair
 
@@ -21,3 +21,9 @@ LAG_SECONDS = Counter("pdserve_pacing_lag_seconds_total", "Wall seconds by which
 # modeled gap is the worker's modeled busy time between the two tokens (interleaved prefills and recomputation included).
 ITL = ClockPair("pdserve_inter_token_latency", "Time between consecutive output tokens of a sequence", ("model_name",),
                 WALL_STEP_BUCKETS, MODELED_STEP_BUCKETS)
+# Two token budgets, kept apart: "step" composes steps and prices them in the modeled clock (the scheduler's
+# --max-num-batched-tokens); "forward" is what one prompt forward computes on this machine (--compute-chunk-tokens).
+TOKEN_BUDGET = Gauge("pdserve_token_budget", "Tokens a step may schedule (step) and one prompt forward computes "
+                     "on this machine (forward)", ["budget"])
+PROMPT_FORWARDS = Counter("pdserve_prompt_forwards_total", "Prompt forwards computed on this machine (a step's prompt "
+                          "tokens run in forwards of at most the forward budget)")

@@ -26,12 +26,33 @@ from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.v1 import common_pb2
 from pdserve.worker.clock import StepClock
-from pdserve.worker.metrics import ITL
+from pdserve.worker.metrics import ITL, PROMPT_FORWARDS
 
 log = logging.getLogger("pdserve.worker")
 
 TokenEvent = tuple[list[int], StepResult]
 DEFAULT_STEP_NICE = 5
+# Tokens one prompt forward computes on this machine. The step budget (--max-num-batched-tokens) composes and prices
+# steps as the modeled engine would; a step's prompt tokens are computed in forwards of at most this many, so that
+# the KV a forward completes is stored while the next computes. 512 rows keep the products at full BLAS speed on
+# 2 cores and let four forwards of a 2,048-token step overlap their Puts (docs/benchmarks.md measures it).
+DEFAULT_COMPUTE_CHUNK_TOKENS = 512
+
+
+def compute_pieces(chunks: list[tuple[Sequence, int]], budget: int) -> list[list[tuple[Sequence, int]]]:
+    """A step's prompt chunks as forwards of at most ``budget`` tokens, in order; a chunk longer than what is left
+    of a forward continues in the next (its tokens stay in order: chunked prefill within the step)."""
+    pieces: list[list[tuple[Sequence, int]]] = [[]]
+    room = budget
+    for seq, n in chunks:
+        while n:
+            if not room:
+                pieces.append([])
+                room = budget
+            take = min(n, room)
+            pieces[-1].append((seq, take))
+            n, room = n - take, room - take
+    return [p for p in pieces if p]
 
 
 class WorkerFull(Exception):
@@ -78,8 +99,11 @@ def lower_thread_priority(nice: int) -> None:
 
 class Worker:
     def __init__(self, runtime: Runtime, scheduler: Scheduler, clock: StepClock, max_queue: int,
-                 served_name: str = "", step_nice: int = 0) -> None:
+                 served_name: str = "", step_nice: int = 0,
+                 compute_chunk_tokens: int = DEFAULT_COMPUTE_CHUNK_TOKENS) -> None:
         self.runtime = runtime
+        self.compute_chunk_tokens = compute_chunk_tokens  # tokens per forward on this machine (not the step budget)
+        self.forwards = 0  # prompt forwards run (more than prefill steps where steps are cut finer)
         self.scheduler = scheduler
         self.clock = clock
         self.max_queue = max_queue
@@ -205,16 +229,25 @@ class Worker:
         return output
 
     async def _prefill_phase(self, step: Step) -> list[StepResult | None]:
+        """The step's prompt chunks, computed in forwards of at most ``compute_chunk_tokens`` tokens: after each
+        forward the KV it completed can move (a Put on the event loop) while the next forward computes. The step was
+        composed, and is priced, as a whole: only this machine's computing is cut finer."""
         chunks = step.prefills
-        results = await self._execute(lambda: self.runtime.prefill(chunks), [seq for seq, _ in chunks])
-        if results is None:
-            step.prefills = []
-            return []
-        for seq, _ in chunks:  # before any pacing sleep: the KV of these chunks can move now
-            job = self._jobs.get(id(seq))
-            if job is not None and job.on_prefill_chunk is not None:
-                job.on_prefill_chunk()
-        return results
+        seqs = [seq for seq, _ in chunks]
+        results: dict[int, StepResult | None] = {}
+        for piece in compute_pieces(chunks, self.compute_chunk_tokens):
+            out = await self._execute(lambda piece=piece: self.runtime.prefill(piece), seqs)
+            if out is None:
+                step.prefills = []
+                return []
+            self.forwards += 1
+            PROMPT_FORWARDS.inc()
+            for (seq, _), result in zip(piece, out):
+                results[id(seq)] = result
+                job = self._jobs.get(id(seq))  # before any pacing sleep: the KV of this piece can move now
+                if job is not None and job.on_prefill_chunk is not None:
+                    job.on_prefill_chunk()
+        return [results[id(seq)] for seq in seqs]
 
     async def _decode_phase(self, step: Step) -> list[StepResult]:
         results = await self._execute(lambda: self.runtime.decode_step(step.decodes), step.decodes)

@@ -119,3 +119,13 @@ def test_operator_series_exist_with_their_meanings(metrics_stack):
     assert samples(s, kv, "pdserve_kvstore_leases")[()] == 0
     assert samples(s, kv, "pdserve_kvstore_used_bytes")[()] > 0
     assert ("pdserve_decode_num_preemptions_total", ()) in s.scrape(s.decodes[0])
+
+
+def test_a_prefill_worker_shows_its_step_and_forward_budgets_apart(metrics_stack):
+    """The step budget composes and prices steps (modeled clock); the forward budget is what this machine computes
+    at once: both are on the page, and every prompt forward is counted."""
+    for p in metrics_stack.prefills:
+        budgets = {dict(k)["budget"]: v for k, v in samples(metrics_stack, p, "pdserve_token_budget").items()}
+        assert budgets == {"step": 2048, "forward": 512}
+    forwards = sum(samples(metrics_stack, p, "pdserve_prompt_forwards_total")[()] for p in metrics_stack.prefills)
+    assert forwards >= 5  # one forward a request at least (the prompts fit one forward each)

@@ -14,7 +14,7 @@ from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import TimingModel
 from pdserve.worker.clock import StepClock
-from pdserve.worker.worker import Worker
+from pdserve.worker.worker import Worker, compute_pieces
 
 PARAMS = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
 
@@ -238,3 +238,42 @@ def test_cancels_deferred_by_a_step_that_fails_still_take_effect(tiny_model_path
     assert isinstance(events[-1], RuntimeError) and "pricing bug" in str(events[-1])
     assert not held and queued.seq.finish_reason is FinishReason.ABORT and queued.seq.output_ids == []
     assert worker.scheduler.budget.used == 0
+
+
+def test_compute_pieces_cut_a_steps_prompt_chunks_into_forwards_in_order():
+    a, b, c = object(), object(), object()
+    assert compute_pieces([(a, 300), (b, 500), (c, 100)], 512) == [[(a, 300), (b, 212)], [(b, 288), (c, 100)]]
+    assert compute_pieces([(a, 1100)], 512) == [[(a, 512)], [(a, 512)], [(a, 76)]]
+    assert compute_pieces([(a, 10), (b, 20)], 512) == [[(a, 10), (b, 20)]]
+
+
+def test_a_step_computes_in_forwards_whose_kv_can_move_before_the_step_ends(tiny_runtime):
+    """Three 40-token prompts in one step of 120 tokens, computed in forwards of 32: after each forward the requests
+    it touched are told (their KV can be stored while the next forward computes), the first prompt before the step
+    is over; the step is still priced as composed, and the answers are those of one forward."""
+    prompts = [list(range(3 + i, 43 + i)) for i in range(3)]
+    greedy = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+
+    def first_tokens(worker):
+        async def scenario():
+            loop = asyncio.create_task(worker.run())
+            told: list[tuple[int, int]] = []  # (request, forwards run when told)
+            jobs = []
+            for i, p in enumerate(prompts):
+                job = worker.submit(tiny_runtime.new_sequence(p, greedy))
+                job.on_prefill_chunk = lambda i=i: told.append((i, worker.forwards))
+                jobs.append(job)
+            events = [await job.events.get() for job in jobs]
+            loop.cancel()
+            return told, [tokens for tokens, _ in events], [job.prefill_modeled_s for job in jobs]
+        return asyncio.run(asyncio.wait_for(scenario(), 60))
+
+    def worker_of(chunk: int) -> Worker:
+        scheduler = Scheduler(SchedulerConfig(Role.PREFILL, max_num_batched_tokens=120), tiny_runtime.free)
+        return Worker(tiny_runtime, scheduler, StepClock(TIMING), max_queue=8, compute_chunk_tokens=chunk)
+
+    told, tokens, modeled = first_tokens(worker_of(32))
+    whole_told, whole_tokens, whole_modeled = first_tokens(worker_of(4096))
+    assert told == [(0, 1), (0, 2), (1, 2), (1, 3), (2, 3), (2, 4)]  # 40 tokens cross forwards 1-2, 2-3, 3-4
+    assert whole_told == [(0, 1), (1, 1), (2, 1)]
+    assert tokens == whole_tokens and modeled == whole_modeled
