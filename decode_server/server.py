@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from functools import partial
 
 import grpc
@@ -34,14 +33,13 @@ from pdserve.decode_server.metrics import (
     WAITING,
 )
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
-from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
 from pdserve.engine.sched.scheduler import Role
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.store import MAX_LEASE_TTL_S, MAX_WAIT_S
+from pdserve.kvstore.contract import check_handle
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
 from pdserve.worker.flags import build_worker, run_worker, worker_parser
 from pdserve.worker.metrics import ITL
@@ -98,28 +96,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
 
     def _validate_handle(self, kv) -> None:
         rt = self.runtime
-        if not kv.block_keys:
-            raise InvalidParameter("kv.block_keys", "empty: send a KV handle from prefill, or colocated=true")
-        if not kv.lease_id:
-            raise InvalidParameter("kv.lease_id", "required: the blocks are read under the request's lease")
-        if not 0 < kv.token_count < rt.config.context_length:
-            raise InvalidParameter("kv.token_count", f"must be in [1, {rt.config.context_length - 1}], "
-                                                     f"got {kv.token_count}")
-        if kv.block_tokens != rt.block_tokens:
-            raise InvalidParameter("kv.block_tokens", f"{kv.block_tokens}; this worker uses {rt.block_tokens}")
-        if kv.model_fingerprint != rt.config.fingerprint:
-            raise InvalidParameter("kv.model_fingerprint", "the KV was computed by a different model")
-        if (kv.kv_dtype or DEFAULT_KV_DTYPE) != rt.kv_dtype:
-            raise InvalidParameter("kv.kv_dtype", f"the KV is {kv.kv_dtype or DEFAULT_KV_DTYPE}, this decode worker's "
-                                                  f"cache is {rt.kv_dtype} (run prefill and decode with the same "
-                                                  f"--kv-dtype)")
-        if len(kv.block_keys) != -(-kv.token_count // rt.block_tokens):
-            raise InvalidParameter("kv.block_keys", f"{len(kv.block_keys)} keys for {kv.token_count} tokens")
-        if not math.isfinite(kv.wait_s) or not 0 <= kv.wait_s <= MAX_WAIT_S:
-            raise InvalidParameter("kv.wait_s", f"must be in [0, {MAX_WAIT_S:g}], got {kv.wait_s}")
-        # the lease is renewed with it while the blocks arrive, and a prefetched copy waits that long for its call
-        if not math.isfinite(kv.lease_ttl_s) or not 0 < kv.lease_ttl_s <= MAX_LEASE_TTL_S:
-            raise InvalidParameter("kv.lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {kv.lease_ttl_s}")
+        check_handle(kv, rt.config.context_length, rt.block_tokens, rt.config.fingerprint, rt.kv_dtype)
         if self.kv is None:
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
 

@@ -33,9 +33,10 @@ from pdserve.common import tls
 from pdserve.common.identity import Identity
 from pdserve.common.server import channel
 from pdserve.kvstore import shm as shm_files
+from pdserve.kvstore.contract import lease_unknown
 from pdserve.kvstore.mac import BlockMAC, MacMismatch
 from pdserve.kvstore.memory import keep_freed_memory
-from pdserve.kvstore.store import UNKNOWN_LEASE, block_views, checksum
+from pdserve.kvstore.store import block_views, checksum
 from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunks_of, decoder, serialize
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
@@ -75,13 +76,6 @@ def rendezvous_shard(key: str, shards: list[str]) -> int:
 
 def _unavailable(result: object) -> bool:
     return isinstance(result, grpc.aio.AioRpcError) and result.code() == grpc.StatusCode.UNAVAILABLE
-
-
-def lease_unknown(result: object) -> bool:
-    """A kvstore's answer (passed on unchanged by a worker, with its role in front) that it does not know the lease:
-    never made there, expired, or the kvstore restarted since."""
-    return (isinstance(result, grpc.aio.AioRpcError) and result.code() == grpc.StatusCode.FAILED_PRECONDITION
-            and UNKNOWN_LEASE in (result.details() or ""))
 
 
 def _loopback_port(target: str) -> int | None:

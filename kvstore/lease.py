@@ -21,17 +21,16 @@ import asyncio
 import contextlib
 import logging
 import math
-import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 import grpc
 
 from pdserve.kvstore.client import KVStoreClient
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, new_lease_id, sample_lease_id
 
 log = logging.getLogger("pdserve.kvstore.lease")
 
-DEFAULT_LEASE_TTL_S = 30.0  # how long prefilled KV waits, leased, for a decode worker
 _background: set[asyncio.Task] = set()  # releases started while their holder was cancelled
 T = TypeVar("T")
 
@@ -48,7 +47,7 @@ class KVLease:
     @classmethod
     async def create(cls, kv: KVStoreClient | None, ttl_s: float = DEFAULT_LEASE_TTL_S) -> KVLease:
         """A lease under a fresh random id, made in the kvstore (holding nothing yet) for one request."""
-        lease = cls(kv, uuid.uuid4().hex, ttl_s)
+        lease = cls(kv, new_lease_id(), ttl_s)
         if kv is not None:
             await lease._made_or_released(kv.create_lease(lease.lease_id, ttl_s))
         return lease
@@ -57,11 +56,11 @@ class KVLease:
         """Lease the leading ``keys`` the kvstore holds; returns how many."""
         return await self.kv.acquire(keys, self.lease_id, self.ttl_s) if keys else 0
 
-    async def copy(self, keys: list[str], lease_id: str) -> KVLease | None:
-        """A second lease, created now, on every one of ``keys`` (for another holder), or None (and nothing held) if
-        some are gone."""
-        other = KVLease(self.kv, lease_id, self.ttl_s)
-        held = await other._made_or_released(self.kv.acquire(keys, lease_id, self.ttl_s, create=True)) if keys else 0
+    async def copy(self, keys: list[str], sample: int) -> KVLease | None:
+        """A second lease, created now, on every one of ``keys`` (for sample ``sample`` of the request to decode
+        under), or None (and nothing held) if some are gone."""
+        other = KVLease(self.kv, sample_lease_id(self.lease_id, sample), self.ttl_s)
+        held = await other._made_or_released(self.kv.acquire(keys, other.lease_id, self.ttl_s, create=True)) if keys else 0
         if not keys or held < len(keys):
             await other.release()
             return None

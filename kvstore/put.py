@@ -15,6 +15,8 @@ import grpc
 from pdserve.common.client_stream import refuse_after_stream
 from pdserve.common.status import abort_code, abort_exhausted
 from pdserve.kvstore import metrics, shm
+from pdserve.kvstore.contract import check_lease_id, check_lease_ttl
+from pdserve.kvstore.lease_rpcs import checked
 from pdserve.kvstore.store import ChecksumMismatch, MacMismatch, StoreFull, UnknownLease
 from pdserve.kvstore.wire import MAX_BLOCK_BYTES, BlockAssembler, InlineBlock, chunk_bytes
 from pdserve.v1 import kvstore_pb2
@@ -90,11 +92,8 @@ class PutRPC:
         try:
             async for chunk in request_iterator:
                 if first:
-                    lease_id, first = chunk.lease_id, False
-                    if not lease_id:
-                        await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                         "lease_id: required (blocks are stored under a lease the router made)")
-                    ttl = await self._check_ttl(chunk.lease_ttl_s, context, required=True)
+                    lease_id, first = await checked(context, check_lease_id, chunk.lease_id), False
+                    ttl = await checked(context, check_lease_ttl, chunk.lease_ttl_s)
                     try:
                         self.store.check_lease(lease_id)
                     except UnknownLease as exc:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from pdserve.engine.kv.blocks import handle_block_keys
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.contract import handle_keys
 from pdserve.kvstore.lease import KVLease
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 
@@ -67,7 +67,7 @@ class BlockUploader:
         handle's keys. A failed Put raises here, after the others are cancelled."""
         blocks = self._export_ready()
         n, bt = len(self.seq.prompt_ids), self.seq.kv.block_tokens
-        keys = handle_block_keys(self.keys, self.lease.lease_id, n, bt)
+        keys = handle_keys(self.keys, self.lease.lease_id, n, bt)
         if len(keys) > len(self.keys):  # the partial tail
             blocks.append(BlockData(keys[-1], n % bt, self.seq.kv.export_block(len(self.keys)), self.seq.kv.kv_dtype))
         self._put(blocks)

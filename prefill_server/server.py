@@ -10,14 +10,14 @@ import grpc
 
 from pdserve.common.convert import token_step
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
-from pdserve.common.validation import MAX_REQUEST_ID_CHARS, MAX_SALT_CHARS, check_worker_request
+from pdserve.common.validation import MAX_SALT_CHARS, check_worker_request
 from pdserve.engine.kv.blocks import block_keys
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.sched.scheduler import Role
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
-from pdserve.kvstore.store import MAX_LEASE_TTL_S
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, build_handle, check_lease_id, check_lease_ttl
+from pdserve.kvstore.lease import KVLease
 from pdserve.prefill_server import metrics
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
@@ -50,12 +50,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         config = self.runtime.config
         ids, params = check_worker_request(request.request_id, request.token_ids, request.sampling,
                                            config.vocab_size, config.context_length, "token_ids")
-        ttl = request.lease_ttl_s or DEFAULT_LEASE_TTL_S
-        if not 0 < ttl <= MAX_LEASE_TTL_S:
-            raise InvalidParameter("lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {ttl}")
-        if not request.lease_id or len(request.lease_id) > MAX_REQUEST_ID_CHARS or not request.lease_id.isprintable():
-            raise InvalidParameter("lease_id", f"1..{MAX_REQUEST_ID_CHARS} printable characters: the lease the router "
-                                               "made for the request")
+        ttl = check_lease_ttl(request.lease_ttl_s or DEFAULT_LEASE_TTL_S)
+        check_lease_id(request.lease_id)
         if len(request.cache_salt) > MAX_SALT_CHARS:
             raise InvalidParameter("cache_salt", f"at most {MAX_SALT_CHARS} characters")
         return ids, params, ttl
@@ -167,9 +163,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             uploader.cancel()
 
     def _handle(self, keys: list[str], token_count: int, lease: KVLease) -> common_pb2.KVHandle:
-        return common_pb2.KVHandle(block_keys=keys, token_count=token_count, block_tokens=self.runtime.block_tokens,
-                                   lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s, model_fingerprint=self.fingerprint,
-                                   kv_dtype=self.runtime.kv_dtype)
+        return build_handle(keys, token_count, self.runtime.block_tokens, lease.lease_id, lease.ttl_s, self.fingerprint,
+                            self.runtime.kv_dtype)
 
 
 def build_parser():

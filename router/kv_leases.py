@@ -41,7 +41,7 @@ async def sample_lease(lease: KVLease, handle: common_pb2.KVHandle, sample: int)
     if lease.kv is None:
         raise UpstreamError(grpc.StatusCode.FAILED_PRECONDITION, "sampling.n: n > 1 needs the router's --kvstore")
     try:
-        copy = await lease.copy(list(handle.block_keys), f"{lease.lease_id}#{sample}")
+        copy = await lease.copy(list(handle.block_keys), sample)
     except grpc.aio.AioRpcError as err:
         raise UpstreamError(grpc.StatusCode.UNAVAILABLE, public_message("kvstore", err.code(), err.details())) \
             from err

@@ -12,7 +12,7 @@ from pdserve.common.tenants import TOKEN_ENV, Tenants
 from pdserve.common.tls import configure_from_args, identity
 from pdserve.engine.runtime import model_metadata
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, MAX_LEASE_TTL_S
 from pdserve.router.auth import TenantAuthInterceptor
 from pdserve.router.metrics import init_labels
 from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
@@ -42,7 +42,7 @@ def build_parser() -> FlagParser:
     parser.add_argument("--tokenizer-workers", type=int, default=DEFAULT_TOKENIZER_WORKERS,
                         help="threads that render chat templates and tokenize, off the event loop")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
-                        help="how long prefilled KV waits for decode")
+                        help=f"how long prefilled KV waits for decode (at most {MAX_LEASE_TTL_S:g})")
     parser.add_argument("--no-decode-prefetch", dest="decode_prefetch", action="store_false",
                         help="send Decode only after prefill returns, without a decode worker importing the KV "
                              "while prefill computes it")

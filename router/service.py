@@ -19,13 +19,13 @@ from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.metrics import request_id_var
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import MAX_SALT_CHARS, check_request_id
-from pdserve.engine.kv.blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
+from pdserve.engine.kv.blocks import DEFAULT_BLOCK_TOKENS, block_keys
 from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.text.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
-from pdserve.kvstore.store import MAX_WAIT_S
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, build_handle, handle_keys, under_lease, wait_s_within
+from pdserve.kvstore.lease import KVLease
 from pdserve.router.auth import current_tenant
 from pdserve.router.kv_leases import request_lease, sample_lease
 from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
@@ -236,9 +236,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 requests = {}
                 for i, first in enumerate(firsts):
                     if not first.finish_reason:
-                        handle = common_pb2.KVHandle()
-                        handle.CopyFrom(reply.kv)
-                        handle.lease_id = samples[i].lease.lease_id
+                        handle = under_lease(reply.kv, samples[i].lease.lease_id)
                         requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
                                                                first_token=first.token_ids[0],
                                                                sampling=sample_sampling(sampling, i, n))
@@ -281,12 +279,10 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         prompt is computed), so that little of the hand-off is left when prefill returns; returns that worker."""
         if not self.config.decode_prefetch:
             return "", None
-        handle_keys = handle_block_keys(keys, lease.lease_id, len(ids), self.config.block_tokens)  # as prefill names them
+        c = self.config
         remaining = context.time_remaining()
-        handle = common_pb2.KVHandle(block_keys=handle_keys, token_count=len(ids), block_tokens=self.config.block_tokens,
-                                     lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s,
-                                     model_fingerprint=self.config.fingerprint, kv_dtype=self.config.kv_dtype,
-                                     wait_s=min(MAX_WAIT_S, remaining if remaining is not None else MAX_WAIT_S))
+        handle = build_handle(handle_keys(keys, lease.lease_id, len(ids), c.block_tokens), len(ids), c.block_tokens,
+                              lease.lease_id, lease.ttl_s, c.fingerprint, c.kv_dtype, wait_s_within(remaining))
         return start_prefetch(self.decode, decode_pb2.PrefetchRequest(request_id=request_id, kv=handle), remaining,
                               track)
 

@@ -20,7 +20,7 @@ import grpc
 
 from pdserve.common.redact import public_message, without_addresses
 from pdserve.common.server import request_metadata
-from pdserve.kvstore.client import lease_unknown
+from pdserve.kvstore.contract import lease_unknown
 from pdserve.router.metrics import RETRIES, ROUTED
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.router.request_state import RequestState

@@ -178,3 +178,10 @@ def test_engine_layer_check_sees_a_violation(tmp_path, monkeypatch):
 def test_at_most_eight_modules_at_the_top(package):
     top = sorted(p.name for p in FOLDERS[package].glob("*.py"))
     assert len(top) <= 8, top
+
+
+def test_services_reach_the_kvstore_through_its_contract_not_its_store():
+    """The KV hand-off's rules and constants have one owner (kvstore/contract.py); the store is the kvstore's own."""
+    for service in ("router", "prefill_server", "decode_server", "worker", "openai_server"):
+        for path in FOLDERS[service].rglob("*.py"):
+            assert "pdserve.kvstore.store" not in _module_imports(path), path

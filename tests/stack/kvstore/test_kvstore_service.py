@@ -249,7 +249,7 @@ def test_a_shard_that_does_not_know_the_lease_holds_nothing_of_it(small_kvstores
     """The lease is made on shard 0 only, as when shard 1 was down then or has restarted since (empty): Puts under it
     go to shard 0 for every key, an Acquire counts none on shard 1, and a waiting Get there answers at once and moves
     on; a lease no shard knows fails FAILED_PRECONDITION, told apart by ``lease_unknown``."""
-    from pdserve.kvstore.client import lease_unknown
+    from pdserve.kvstore.contract import lease_unknown
 
     targets = [p.target for p in small_kvstores.kvstores]
 
