@@ -4,11 +4,12 @@ Blocks are placed by rendezvous (highest random weight) hashing of their key ove
 computes the same placement with no coordination, and adding a shard moves only the keys that now rank it highest.
 Puts, gets and lookups are split per shard and run concurrently; results come back in the caller's key order.
 
-A shard that answers UNAVAILABLE is skipped for a while: its keys go to the next shard in their rendezvous ranking (the
-same fallback every client computes), a Get that misses a block on one shard tries the key's next-ranked shards, and
-lookups, leases and releases carry on with the live shards (a dead shard's leases died with it). A live shard that does
-not know a lease (it was down when the router made it, or restarted since, empty) is, for that lease, a shard that
-holds nothing: Puts under it go to each key's next-ranked shard, and an Acquire counts none of its keys.
+A shard that answers UNAVAILABLE is skipped for a while (the retry policy, ``common/retry.py``): its keys go to the
+next shard in their rendezvous ranking (the same fallback every client computes), a Get that misses a block on one
+shard tries the key's next-ranked shards, and lookups, leases and releases carry on with the live shards (a dead
+shard's leases died with it). A live shard that does not know a lease (it was down when the router made it, or
+restarted since, empty) is, for that lease, a shard that holds nothing: Puts under it go to each key's next-ranked
+shard, and an Acquire counts none of its keys.
 
 Blocks are signed with the stack's KV key on Put and checked on Get (``kvstore/mac.py``). The module is longer than
 most: it is the one client of the kvstore, with both of its transfer paths (the socket and shared memory) each way.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ import grpc
 
 from pdserve.common import tls
 from pdserve.common.identity import Identity
+from pdserve.common.retry import DEFAULT_RETRY, DownMark, RetryPolicy, live_first
 from pdserve.common.server import channel
 from pdserve.kvstore import shm as shm_files
 from pdserve.kvstore.contract import lease_unknown
@@ -42,8 +43,6 @@ from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger("pdserve.kvstore.client")
-
-SHARD_DOWN_FOR_S = 2.0  # a shard that answered UNAVAILABLE is skipped this long
 
 
 class KVIntegrityError(Exception):
@@ -74,10 +73,6 @@ def rendezvous_shard(key: str, shards: list[str]) -> int:
     return rendezvous_ranking(key, shards)[0]
 
 
-def _unavailable(result: object) -> bool:
-    return isinstance(result, grpc.aio.AioRpcError) and result.code() == grpc.StatusCode.UNAVAILABLE
-
-
 def _loopback_port(target: str) -> int | None:
     """The port of a target on this host (loopback), else None: shared memory is only tried there."""
     host, _, port = target.rpartition(":")
@@ -87,10 +82,12 @@ def _loopback_port(target: str) -> int | None:
 
 
 class KVStoreClient:
-    def __init__(self, targets: list[str], shm: bool = False, identity: Identity | None = None) -> None:
+    def __init__(self, targets: list[str], shm: bool = False, identity: Identity | None = None,
+                 retry: RetryPolicy = DEFAULT_RETRY) -> None:
         """``shm``: move block bytes through shared memory where a shard allows it (this host, kvstore run with
         --kv-shm); a shard that refuses gets the socket. ``identity``: who to call as (default: the process's, see
-        common/tls.py); its KV key signs the blocks put and checks the blocks got."""
+        common/tls.py); its KV key signs the blocks put and checks the blocks got. ``retry``: what fails over to
+        the next shard, and how long a shard that answered UNAVAILABLE is skipped."""
         if not targets:
             raise ValueError("kvstore: at least one address is needed")
         self.targets = list(targets)
@@ -109,7 +106,8 @@ class KVStoreClient:
                                      response_deserializer=kvstore_pb2.PutReply.FromString) for c in self.channels]
         self._gets = [c.unary_stream(_method("Get"), request_serializer=kvstore_pb2.GetRequest.SerializeToString,
                                      response_deserializer=decoder(kvstore_pb2.GetChunk)) for c in self.channels]
-        self.down_until = [0.0] * len(self.targets)
+        self.retry = retry
+        self.down = [DownMark() for _ in self.targets]
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self.channels))
@@ -124,17 +122,14 @@ class KVStoreClient:
                                        mac=self.mac.sign(b.key, b.token_count, b.data) if self.mac else b"")
 
     def _mark_down(self, shard: int) -> None:
-        if time.monotonic() >= self.down_until[shard]:
+        if self.retry.mark_down(self.down[shard]):
             log.warning("kvstore shard %s unavailable; using the others", self.targets[shard])
-        self.down_until[shard] = time.monotonic() + SHARD_DOWN_FOR_S
 
     def _choose(self, key: str, tried: frozenset[int] = frozenset()) -> int | None:
         """The key's highest-ranked shard not tried yet, live shards before those recently down."""
         ranking = [0] if len(self.targets) == 1 else rendezvous_ranking(key, self.targets)
-        now = time.monotonic()
-        candidates = [i for i in ranking if i not in tried]
-        live = [i for i in candidates if now >= self.down_until[i]]
-        return (live or candidates or [None])[0]
+        candidates = live_first((i for i in ranking if i not in tried), lambda i: not self.down[i].down)
+        return candidates[0] if candidates else None
 
     def shard_of(self, key: str) -> int:
         return self._choose(key)
@@ -152,7 +147,7 @@ class KVStoreClient:
         results = await asyncio.gather(*(call(stub) for stub in self.stubs), return_exceptions=True)
         out = []
         for shard, result in enumerate(results):
-            if _unavailable(result):
+            if self.retry.unavailable(result):
                 self._mark_down(shard)
             elif isinstance(result, BaseException):
                 raise result
@@ -164,7 +159,8 @@ class KVStoreClient:
 
     async def _with_failover(self, keys: list[str], run, retry_on: Callable[[grpc.aio.AioRpcError], bool]) -> None:
         """``run(shard, positions)`` for each shard's group of keys, concurrently; a group that fails with an error
-        ``retry_on`` accepts moves on to each of its keys' next-ranked shards until none is left."""
+        the retry policy retries (UNAVAILABLE: the shard is marked down) or ``retry_on`` accepts moves on to each of
+        its keys' next-ranked shards until none is left."""
         tried = [frozenset()] * len(keys)
         pending = list(range(len(keys)))
         last_error: BaseException | None = None
@@ -178,8 +174,8 @@ class KVStoreClient:
             results = await asyncio.gather(*(run(s, p) for s, p in groups.items()), return_exceptions=True)
             pending = []
             for (shard, positions), result in zip(groups.items(), results):
-                if isinstance(result, grpc.aio.AioRpcError) and retry_on(result):
-                    if result.code() == grpc.StatusCode.UNAVAILABLE:
+                if self.retry.unavailable(result) or (isinstance(result, grpc.aio.AioRpcError) and retry_on(result)):
+                    if self.retry.unavailable(result):
                         self._mark_down(shard)
                     last_error = result
                     for i in positions:
@@ -229,7 +225,7 @@ class KVStoreClient:
                         raise
             stored += (await self._puts[shard](messages(positions), timeout=timeout)).stored
 
-        await self._with_failover([b.key for b in blocks], put_group, lambda e: _unavailable(e) or lease_unknown(e))
+        await self._with_failover([b.key for b in blocks], put_group, lease_unknown)
         return stored
 
     def _shm_refused(self, shard: int, err: Exception) -> bool:
@@ -322,8 +318,7 @@ class KVStoreClient:
                     raise KVIntegrityError(err.details()) from err
                 raise
 
-        await self._with_failover(keys, get_shard,
-                                  lambda e: e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND))
+        await self._with_failover(keys, get_shard, lambda e: e.code() == grpc.StatusCode.NOT_FOUND)
         if any(b is None for b in out):
             raise KVIntegrityError("kvstore returned fewer blocks than asked for")
         return out  # type: ignore[return-value]
@@ -337,7 +332,7 @@ class KVStoreClient:
                                        return_exceptions=True)
         prefix = len(keys)
         for shard, positions, present in zip(groups, groups.values(), answers):
-            if _unavailable(present):  # a shard that is down holds nothing
+            if self.retry.unavailable(present):  # a shard that is down holds nothing
                 self._mark_down(shard)
                 present = 0
             elif lease_unknown(present):  # nor, for a lease, one that does not know it

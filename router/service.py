@@ -42,7 +42,6 @@ from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_p
 
 log = logging.getLogger("pdserve.router")
 MAX_ABORT_IDS = 1024
-LEASE_ATTEMPTS = 2  # a request's lease made again once when a kvstore lost it (restarted) during prefill
 
 
 @dataclass
@@ -255,7 +254,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         attempts = 0
         while True:
             attempts += 1
-            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s))
+            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s,
+                                                                         self.prefill.retry))
             prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                          lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
                                                          cache_salt=salt)
@@ -269,7 +269,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             except BaseException as exc:
                 if prefetch is not None:
                     prefetch.cancel()
-                if not isinstance(exc, LeaseLost) or attempts == LEASE_ATTEMPTS:
+                if not isinstance(exc, LeaseLost) or attempts == self.prefill.retry.lease_attempts:
                     raise
                 RETRIES.labels("lease").inc()
 

@@ -11,7 +11,6 @@ import asyncio
 import ipaddress
 import logging
 import socket
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,13 +18,13 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pdserve.common.retry import DEFAULT_RETRY, DownMark, RetryPolicy, live_first
 from pdserve.common.server import channel
 from pdserve.engine.kv.blocks import leading_hits
 from pdserve.v1 import common_pb2, decode_pb2_grpc, prefill_pb2_grpc
 
 log = logging.getLogger("pdserve.router")
 
-DOWN_FOR_S = 2.0  # a worker that answered UNAVAILABLE is skipped this long
 DRAIN_S = 60.0  # a worker whose address left DNS keeps its channel this long for calls in flight
 
 
@@ -37,17 +36,14 @@ class Worker:
     load: common_pb2.WorkerLoad = field(default_factory=common_pb2.WorkerLoad)
     inflight: int = 0  # requests this router has sent and not finished
     inflight_tokens: int = 0  # prompt tokens of those requests (prefill)
-    down_until: float = 0.0
+    down: DownMark = field(default_factory=DownMark)  # answered UNAVAILABLE lately (common/retry.py)
     draining: bool = False  # its health said NOT_SERVING at the last poll
     # approximate record of the block keys this worker computed or reused recently (cache_aware routing)
     recent_keys: OrderedDict = field(default_factory=OrderedDict)
 
     @property
     def available(self) -> bool:
-        return time.monotonic() >= self.down_until and not self.draining
-
-    def mark_down(self) -> None:
-        self.down_until = time.monotonic() + DOWN_FOR_S
+        return not self.down.down and not self.draining
 
     def remember(self, keys: list[str], limit: int = 100_000) -> None:
         for key in keys:
@@ -97,9 +93,11 @@ class WorkerPool:
     replicas that come and go are picked up without a restart. A failed lookup keeps the name's previous workers."""
 
     def __init__(self, targets: list[str], stub_class, resolver: Resolver = system_resolver,
-                 role: str = "prefill") -> None:
-        """``role``: what the workers are (their certificates must say so)."""
+                 role: str = "prefill", retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        """``role``: what the workers are (their certificates must say so); ``retry``: how calls to them are
+        retried, and how long one that answered UNAVAILABLE is skipped."""
         self.stub_class = stub_class
+        self.retry = retry
         self.role = role
         self.resolver = resolver
         self.workers: list[Worker] = []
@@ -145,27 +143,28 @@ class WorkerPool:
             await self.refresh()
 
     def available(self, exclude: set[str] = frozenset()) -> list[Worker]:
-        live = [w for w in self.workers if w.target not in exclude and w.available]
-        return live or [w for w in self.workers if w.target not in exclude]
+        return live_first((w for w in self.workers if w.target not in exclude), lambda w: w.available)
+
+    def mark_down(self, worker: Worker) -> None:
+        """The worker answered UNAVAILABLE: skipped for the retry policy's while."""
+        self.retry.mark_down(worker.down)
 
     async def poll_loads(self, period_s: float = 0.25) -> None:
         while True:
             await asyncio.gather(*(self._poll(w) for w in self.workers))
             await asyncio.sleep(period_s)
 
-    @staticmethod
-    async def _poll(worker: Worker) -> None:
+    async def _poll(self, worker: Worker) -> None:
         try:
             health = await health_pb2_grpc.HealthStub(worker.channel).Check(health_pb2.HealthCheckRequest(),
                                                                             timeout=1.0)
             worker.draining = health.status != health_pb2.HealthCheckResponse.SERVING
             worker.load = await worker.stub.GetLoad(common_pb2.LoadRequest(), timeout=1.0)
         except grpc.aio.AioRpcError:
-            worker.mark_down()
+            self.mark_down(worker)
             return
-        if worker.down_until and not worker.draining:  # back (e.g. restarted by pdserve up): route to it again now
+        if not worker.draining and worker.down.clear():  # back (e.g. restarted by pdserve up): route to it again now
             log.info("worker %s is serving again", worker.target)
-            worker.down_until = 0.0
 
     async def close(self) -> None:
         await asyncio.gather(*(w.channel.close() for w in self.workers))
