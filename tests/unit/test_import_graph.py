@@ -185,3 +185,12 @@ def test_services_reach_the_kvstore_through_its_contract_not_its_store():
     for service in ("router", "prefill_server", "decode_server", "worker", "openai_server"):
         for path in FOLDERS[service].rglob("*.py"):
             assert "pdserve.kvstore.store" not in _module_imports(path), path
+
+
+def test_only_the_kvstores_fault_service_imports_the_test_protos():
+    """The test-only fault call lives beside the test protos (tests/kv_faults.py), not in a production client."""
+    allowed = {FOLDERS["kvstore"] / "faults.py", FOLDERS["kvstore"] / "main.py"}
+    for folder in FOLDERS.values():
+        for path in folder.rglob("*.py"):
+            if path not in allowed:
+                assert not any(n.startswith("pdserve.testing") for n in _module_imports(path)), path

@@ -8,6 +8,7 @@ import pytest
 
 from pdserve.kvstore.client import BlockData, KVIntegrityError
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+from tests.kv_faults import corrupt
 
 CAPACITY_MB = 0.01  # 10,485 bytes a shard: about ten 300-byte blocks with their overhead
 
@@ -81,7 +82,7 @@ def test_service_eviction_leases_and_corruption(small_kvstores):
             [stats] = await kv.test.stats()
             assert stats.evictions == 1 and stats.leased_blocks == 1 and stats.bytes_used <= stats.capacity_bytes
             # a corrupted block is detected and never served
-            await kv.test.corrupt("blk002")
+            await corrupt(kv.test, "blk002")
             reader = await kv.lease("lease-c")
             assert await kv.prefill.acquire(["blk002"], reader, 60) == 1
             with pytest.raises(KVIntegrityError):
