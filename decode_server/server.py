@@ -41,7 +41,7 @@ from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.contract import check_handle
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
-from pdserve.worker.flags import build_worker, run_worker, worker_parser
+from pdserve.worker.flags import build_worker, run_worker, worker_config, worker_parser
 from pdserve.worker.metrics import ITL
 from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
 
@@ -236,12 +236,13 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     # modeled: the software's memory fraction of the modeled deployment, per attention rank (worker/flags.py)
     kv_blocks = None if args.kv_budget == "modeled" else args.kv_blocks
-    worker = build_worker(args, Role.DECODE, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
+    config = worker_config(args, Role.DECODE)
+    worker = build_worker(config, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        service = DecodeService(worker, kv, args.kv_link, args.kv_load_failure_policy, args.max_prefetches,
+        service = DecodeService(worker, kv, config.kv_link, args.kv_load_failure_policy, args.max_prefetches,
                                 args.prefetch_hold_s)
         decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
         return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
 
-    asyncio.run(run_worker("decode", args, worker, register))
+    asyncio.run(run_worker("decode", config, worker, register))

@@ -22,7 +22,7 @@ from pdserve.prefill_server import metrics
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
-from pdserve.worker.flags import build_worker, run_worker, worker_parser
+from pdserve.worker.flags import build_worker, run_worker, worker_config, worker_parser
 from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
 
 log = logging.getLogger("pdserve.prefill")
@@ -176,7 +176,8 @@ def build_parser():
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    worker = build_worker(args, Role.PREFILL)
+    config = worker_config(args, Role.PREFILL)
+    worker = build_worker(config)
     cache = LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20)))
 
     def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
@@ -185,4 +186,4 @@ def main(argv: list[str] | None = None) -> None:
         prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache), server)
         return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
 
-    asyncio.run(run_worker("prefill", args, worker, register))
+    asyncio.run(run_worker("prefill", config, worker, register))

@@ -11,7 +11,6 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
 import grpc
 
@@ -19,18 +18,18 @@ from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.metrics import request_id_var
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import MAX_SALT_CHARS, check_request_id
-from pdserve.engine.kv.blocks import DEFAULT_BLOCK_TOKENS, block_keys
-from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE
+from pdserve.engine.kv.blocks import block_keys
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.text.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, build_handle, handle_keys, under_lease, wait_s_within
+from pdserve.kvstore.contract import build_handle, handle_keys, under_lease, wait_s_within
 from pdserve.kvstore.lease import KVLease
 from pdserve.router.auth import current_tenant
+from pdserve.router.config import RouterConfig
 from pdserve.router.kv_leases import request_lease, sample_lease
 from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
-from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, RequestValidator, TokenizerBusy
+from pdserve.router.prompt import RequestValidator, TokenizerBusy
 from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
 from pdserve.router.tenancy import TenantLimitExceeded, TenantLimits, TenantSalts, internal_id
@@ -42,23 +41,6 @@ from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_p
 
 log = logging.getLogger("pdserve.router")
 MAX_ABORT_IDS = 1024
-
-
-@dataclass
-class RouterConfig:
-    model_name: str
-    context_length: int
-    fingerprint: str
-    block_tokens: int = DEFAULT_BLOCK_TOKENS
-    colocated: bool = False
-    max_inflight: int = 512
-    prefill_retries: int = 3
-    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-    decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
-    decode_prefetch: bool = True  # a decode worker imports the KV while prefill computes it (Decode.Prefetch)
-    kv_dtype: str = DEFAULT_KV_DTYPE  # the workers' (names the blocks: the router predicts their keys)
-    max_prompt_chars: int = MAX_PROMPT_CHARS  # a cap on the limit the context already sets (router/prompt.py)
-    tokenizer_workers: int = DEFAULT_TOKENIZER_WORKERS
 
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):

@@ -94,6 +94,14 @@ def test_common_imports_no_service():
     assert GRAPH["common"] <= {"engine", "perfmodel"}
 
 
+def test_only_commons_scheduling_needs_the_performance_model():
+    """common/ resolves a modeled deployment into a scheduler (scheduling.py); nothing else of it needs perfmodel
+    (the process-info labels come from the worker's config)."""
+    users = {p.name for p in FOLDERS["common"].rglob("*.py")
+             if any(n.startswith("pdserve.perfmodel") for n in _module_imports(p))}
+    assert users == {"scheduling.py"}
+
+
 def test_services_do_not_import_each_other():
     services = {"router", "prefill_server", "decode_server", "openai_server"}
     for service in services:

@@ -87,10 +87,11 @@ def test_worker_and_simulator_run_the_same_steps(tiny_runtime, deployment, kv_bl
 
 
 def test_a_worker_schedules_with_its_deployments_software_profile():
-    from pdserve.worker.flags import worker_parser, worker_scheduling
+    from pdserve.worker.config import WorkerConfig
+    from pdserve.worker.flags import worker_parser
 
     def scheduling(*flags: str):
-        return worker_scheduling(worker_parser("decode_server", 0, 8).parse_args(list(flags)), Role.DECODE)
+        return WorkerConfig.from_args(worker_parser("decode_server", 0, 8).parse_args(list(flags)), Role.DECODE).scheduling()
 
     paced = scheduling("--model", "synthetic", "--deployment", "software=vllm,hardware=H200")
     assert paced.config.policy.mixed and paced.config.max_num_batched_tokens == 8192  # vLLM 0.11's on H200
