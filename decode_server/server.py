@@ -50,16 +50,16 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink",
+    def __init__(self, worker: Worker, kv_client: KVStoreClient | None, kv_link: str = "nvlink",
                  kv_load_failure_policy: str = "recompute",
                  max_prefetches: int = DEFAULT_MAX_PREFETCHES,
                  prefetch_hold_s: float = DEFAULT_PREFETCH_HOLD_S) -> None:
         self.worker = worker
         self.runtime = worker.runtime
-        self.kv = kv
+        self.kv_client = kv_client
         self.kv_load_failure_policy = kv_load_failure_policy
         new_kv = partial(self.runtime.model.new_kv, block_tokens=self.runtime.block_tokens)
-        self.imports = KVImports(kv, worker.clock, lambda tokens: new_kv(capacity=tokens), kv_link, max_prefetches,
+        self.imports = KVImports(kv_client, worker.clock, lambda tokens: new_kv(capacity=tokens), kv_link, max_prefetches,
                                  prefetch_hold_s)
         s = worker.scheduler
         RUNNING.set_function(lambda: len(s.running))
@@ -94,10 +94,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         self._validate_handle(request.kv)
         return prompt, params
 
-    def _validate_handle(self, kv) -> None:
+    def _validate_handle(self, handle) -> None:
         rt = self.runtime
-        check_handle(kv, rt.config.context_length, rt.block_tokens, rt.config.fingerprint, rt.kv_dtype)
-        if self.kv is None:
+        check_handle(handle, rt.config.context_length, rt.block_tokens, rt.config.fingerprint, rt.kv_dtype)
+        if self.kv_client is None:
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
 
     async def Prefetch(self, request, context):
@@ -116,14 +116,14 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             elapsed, _ = await asyncio.shield(imp.task)
         except asyncio.CancelledError:
             if imp.taken and not asyncio.current_task().cancelling():  # a Decode call took it and goes on
-                return decode_pb2.PrefetchResponse(token_count=imp.kv.length)
+                return decode_pb2.PrefetchResponse(token_count=imp.cache.length)
             self.imports.drop(request.request_id, imp)  # the router gave the request up
             raise
         except KV_ERRORS as exc:
             self.imports.drop(request.request_id, imp, failed=True)
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.DATA_LOSS
             await context.abort(code, f"kv: {kv_error_detail(exc)}")
-        return decode_pb2.PrefetchResponse(token_count=imp.kv.length, fetch_wall_s=elapsed)
+        return decode_pb2.PrefetchResponse(token_count=imp.cache.length, fetch_wall_s=elapsed)
 
     async def Decode(self, request, context):
         try:
@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     config = worker_config(args, Role.DECODE)
     worker = build_worker(config, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
-    def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        service = DecodeService(worker, kv, config.kv_link, args.kv_load_failure_policy, args.max_prefetches,
+    def register(server: grpc.aio.Server, kv_client: KVStoreClient | None) -> list[str]:
+        service = DecodeService(worker, kv_client, config.kv_link, args.kv_load_failure_policy, args.max_prefetches,
                                 args.prefetch_hold_s)
         decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
         return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]

@@ -27,9 +27,9 @@ class BlockUploader:
     step's hand-off) instead of all at the end of it, as concurrent streams sharing the link would.
     """
 
-    def __init__(self, kv: KVStoreClient, cache: LocalPrefixCache, seq: Sequence, keys: list[str], first: int,
+    def __init__(self, kv_client: KVStoreClient, cache: LocalPrefixCache, seq: Sequence, keys: list[str], first: int,
                  lease: KVLease, turns: asyncio.Lock | None = None) -> None:
-        self.kv, self.cache, self.seq, self.keys = kv, cache, seq, keys
+        self.kv_client, self.cache, self.seq, self.keys = kv_client, cache, seq, keys
         self.turns = turns or asyncio.Lock()
         self.next = first  # the next block to store
         self.lease = lease  # the blocks are stored under it
@@ -54,7 +54,7 @@ class BlockUploader:
 
     async def _put_in_turn(self, blocks: list[BlockData]) -> None:
         async with self.turns:
-            await self.kv.put(blocks, self.lease.lease_id, self.lease.ttl_s)
+            await self.kv_client.put(blocks, self.lease.lease_id, self.lease.ttl_s)
 
     def chunk_done(self) -> None:
         """A prompt chunk's step ended: start storing the blocks it completed. After the last chunk nothing starts

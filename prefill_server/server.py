@@ -31,11 +31,11 @@ log = logging.getLogger("pdserve.prefill")
 
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient, local_cache: LocalPrefixCache) -> None:
+    def __init__(self, worker: Worker, kv_client: KVStoreClient, local_cache: LocalPrefixCache) -> None:
         self.worker = worker
         self.put_turns = asyncio.Lock()
         self.runtime = worker.runtime
-        self.kv = kv
+        self.kv_client = kv_client
         self.cache = local_cache
         self.fingerprint = self.runtime.config.fingerprint
         for outcome in ("ok", "rejected", "cancelled", "error"):
@@ -78,7 +78,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         # named under the tenant's salt: blocks (here, in the local cache, in the kvstore) are shared within a tenant
         keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens, self.runtime.kv_dtype,
                           salt=request.cache_salt)
-        lease = KVLease(self.kv, request.lease_id, ttl)  # made by the router, one per request
+        lease = KVLease(self.kv_client, request.lease_id, ttl)  # made by the router, one per request
         job: Job | None = None
         uploader: BlockUploader | None = None
         try:
@@ -86,7 +86,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                 io_start = time.perf_counter()
                 stored_prefix, reused = await self._reuse_prefix(seq, keys, lease)
                 io_s = time.perf_counter() - io_start
-                uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease, self.put_turns)
+                uploader = BlockUploader(self.kv_client, self.cache, seq, keys, stored_prefix, lease, self.put_turns)
                 job = self.worker.submit(seq)
                 job.on_prefill_chunk = uploader.chunk_done  # blocks move while later chunks compute
                 event = await job.events.get()
@@ -142,7 +142,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         local = self.cache.leading_hits(keys[:reusable])
         reuse = min(max(local, stored), reusable)
         try:
-            fetched = await self.kv.get(keys[local:reuse], lease_id=lease.lease_id) if reuse > local else []
+            fetched = await self.kv_client.get(keys[local:reuse], lease_id=lease.lease_id) if reuse > local else []
         except KVIntegrityError as exc:
             log.warning("a reused block failed its check (%s); computing the prompt from block %d", exc, local)
             metrics.KV_INTEGRITY_FAILURES.inc()
@@ -180,10 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     worker = build_worker(config)
     cache = LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20)))
 
-    def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        if kv is None:
+    def register(server: grpc.aio.Server, kv_client: KVStoreClient | None) -> list[str]:
+        if kv_client is None:
             parser.error("--kvstore: a prefill worker needs a kvstore")
-        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache), server)
+        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv_client, cache), server)
         return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
 
     asyncio.run(run_worker("prefill", config, worker, register))

@@ -17,7 +17,7 @@ from pdserve.v1 import common_pb2
 log = logging.getLogger("pdserve.router")
 
 
-async def request_lease(kv: KVStoreClient | None, ttl_s: float, retry: RetryPolicy = DEFAULT_RETRY) -> KVLease:
+async def request_lease(kv_client: KVStoreClient | None, ttl_s: float, retry: RetryPolicy = DEFAULT_RETRY) -> KVLease:
     """The request's lease, created before prefill stores under it. With every kvstore shard unavailable (one
     restarting) it is tried again after a pause, as a prefill pool is (``retry``). A kvstore at its lease quota is
     overload (the client is told to retry)."""
@@ -25,7 +25,7 @@ async def request_lease(kv: KVStoreClient | None, ttl_s: float, retry: RetryPoli
         log.warning("kvstore: lease not created: %s: %s", err.code().name, err.details())
 
     try:
-        return await retry.call(lambda: KVLease.create(kv, ttl_s), on_retry=failed)
+        return await retry.call(lambda: KVLease.create(kv_client, ttl_s), on_retry=failed)
     except grpc.aio.AioRpcError as err:
         full = err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         raise UpstreamError(err.code() if full else grpc.StatusCode.UNAVAILABLE,
@@ -34,7 +34,7 @@ async def request_lease(kv: KVStoreClient | None, ttl_s: float, retry: RetryPoli
 
 async def sample_lease(lease: KVLease, handle: common_pb2.KVHandle, sample: int) -> KVLease:
     """Another lease on a prefilled request's blocks, for sample ``sample``'s decode to take (and release)."""
-    if lease.kv is None:
+    if lease.kv_client is None:
         raise UpstreamError(grpc.StatusCode.FAILED_PRECONDITION, "sampling.n: n > 1 needs the router's --kvstore")
     try:
         copy = await lease.copy(list(handle.block_keys), sample)

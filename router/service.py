@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 import uuid
+from typing import NoReturn
 
 import grpc
 
@@ -45,7 +46,7 @@ MAX_ABORT_IDS = 1024
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
     def __init__(self, config: RouterConfig, tokenizer: GGUFTokenizer, prefill: WorkerPool, decode: WorkerPool,
-                 policy: PrefillPolicy, kv: KVStoreClient | None, limits: TenantLimits | None = None,
+                 policy: PrefillPolicy, kv_client: KVStoreClient | None, limits: TenantLimits | None = None,
                  salts: TenantSalts | None = None) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -54,7 +55,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         self.prefill = prefill
         self.decode = decode
         self.policy = policy
-        self.kv = kv
+        self.kv_client = kv_client
         self.inflight = 0
         # requests in flight by (tenant, the client's id), with their upstream calls (for Abort): ids are unique per
         # tenant; the workers see internal ids (tenancy.internal_id), unique everywhere
@@ -68,7 +69,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         """When a shed request should come back: about when one of the requests in flight will have finished."""
         return min(30.0, max(0.05, self.mean_e2e_s / max(1, self.inflight)))
 
-    async def _shed(self, context, reason: str, message: str) -> None:
+    async def _shed(self, context, reason: str, message: str) -> NoReturn:
         """RESOURCE_EXHAUSTED with retry advice: in the message, as RetryInfo, and as ``retry-after-ms`` metadata."""
         REJECTED.labels(reason).inc()
         after_s = self.retry_after_s()
@@ -236,7 +237,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         attempts = 0
         while True:
             attempts += 1
-            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s,
+            lease = await leases.enter_async_context(await request_lease(self.kv_client, self.config.lease_ttl_s,
                                                                          self.prefill.retry))
             prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                          lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
@@ -279,7 +280,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 yield i, chunk
 
         async for i, chunk in merge([one(i, r) for i, r in requests.items()]):
-            samples[i].took_decode_chunk(chunk)
+            samples[i].hand_over_lease()  # its decode worker has the KV now
+            samples[i].took_decode_timings(chunk)
             yield self._chunk(samples, i, chunk.step)
 
     def _chunk(self, samples: list[RequestState], index: int, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:

@@ -1,4 +1,5 @@
-"""The router's view of its workers: stubs, load (polled and counted locally), health, and recent failures.
+"""The router's view of its workers (each an :class:`Upstream`): stubs, load (polled and counted locally), health,
+and recent failures.
 
 A worker whose health says NOT_SERVING is draining (it got SIGTERM and finishes what it runs): it gets nothing new. One
 that does not answer is down until a health poll finds it serving again (restarted, by ``pdserve up`` or its
@@ -29,7 +30,10 @@ DRAIN_S = 60.0  # a worker whose address left DNS keeps its channel this long fo
 
 
 @dataclass
-class Worker:
+class Upstream:
+    """The router's view of one worker it calls (a prefill or decode process at one address): its stub and channel,
+    its last polled load, the requests this router has sent it, and whether it is skipped for now."""
+
     target: str
     stub: object
     channel: grpc.aio.Channel
@@ -100,7 +104,7 @@ class WorkerPool:
         self.retry = retry
         self.role = role
         self.resolver = resolver
-        self.workers: list[Worker] = []
+        self.workers: list[Upstream] = []
         self.names: list[tuple[str, int]] = []
         self.fixed: list[str] = []
         self._resolved: dict[tuple[str, int], list[str]] = {}
@@ -112,9 +116,9 @@ class WorkerPool:
                 self.fixed.append(t)
                 self.workers.append(self._new_worker(t))
 
-    def _new_worker(self, target: str) -> Worker:
+    def _new_worker(self, target: str) -> Upstream:
         ch = channel(target, self.role)
-        return Worker(target, self.stub_class(ch), ch)
+        return Upstream(target, self.stub_class(ch), ch)
 
     async def refresh(self) -> None:
         """Resolve every name again; add workers for new addresses, drop (and later close) those gone."""
@@ -142,10 +146,10 @@ class WorkerPool:
             await asyncio.sleep(period_s)
             await self.refresh()
 
-    def available(self, exclude: set[str] = frozenset()) -> list[Worker]:
+    def available(self, exclude: set[str] = frozenset()) -> list[Upstream]:
         return live_first((w for w in self.workers if w.target not in exclude), lambda w: w.available)
 
-    def mark_down(self, worker: Worker) -> None:
+    def mark_down(self, worker: Upstream) -> None:
         """The worker answered UNAVAILABLE: skipped for the retry policy's while."""
         self.retry.mark_down(worker.down)
 
@@ -154,7 +158,7 @@ class WorkerPool:
             await asyncio.gather(*(self._poll(w) for w in self.workers))
             await asyncio.sleep(period_s)
 
-    async def _poll(self, worker: Worker) -> None:
+    async def _poll(self, worker: Upstream) -> None:
         try:
             health = await health_pb2_grpc.HealthStub(worker.channel).Check(health_pb2.HealthCheckRequest(),
                                                                             timeout=1.0)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pdserve.common.scheduling import ModeledScheduling
 from pdserve.engine.sched.scheduler import Role, Step, StepOutput
-from pdserve.router.workers import Worker as RouterWorker
+from pdserve.router.workers import Upstream
 from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
 from pdserve.sim.steptime import StepTimer
 from pdserve.v1 import common_pb2
@@ -36,8 +36,8 @@ class InstanceStats:
 
 
 class Instance:
-    remember = RouterWorker.remember  # the router's bookkeeping of recently computed prefix blocks (cache_aware)
-    matched_blocks = RouterWorker.matched_blocks
+    remember = Upstream.remember  # the router's bookkeeping of recently computed prefix blocks (cache_aware)
+    matched_blocks = Upstream.matched_blocks
 
     def __init__(self, name: str, role: Role, scheduling: ModeledScheduling, node: int, timer: StepTimer) -> None:
         self.name = name
