@@ -35,7 +35,7 @@ from pdserve.decode_server.metrics import (
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     # modeled: the software's memory fraction of the modeled deployment, per attention rank (worker/flags.py)
     kv_blocks = None if args.kv_budget == "modeled" else args.kv_blocks
-    config = worker_config(args, Role.DECODE)
+    config = worker_config(args, SchedulerRole.DECODE, "decode")
     worker = build_worker(config, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
     def register(server: grpc.aio.Server, kv_client: KVStoreClient | None) -> list[str]:

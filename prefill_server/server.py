@@ -13,7 +13,7 @@ from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
 from pdserve.common.validation import MAX_SALT_CHARS, check_worker_request
 from pdserve.engine.kv.blocks import block_keys
 from pdserve.engine.params import InvalidParameter
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
 from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, build_handle, check_lease_id, check_lease_ttl
@@ -176,7 +176,7 @@ def build_parser():
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    config = worker_config(args, Role.PREFILL)
+    config = worker_config(args, SchedulerRole.PREFILL, "prefill")
     worker = build_worker(config)
     cache = LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20)))
 

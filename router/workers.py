@@ -97,12 +97,13 @@ class WorkerPool:
     replicas that come and go are picked up without a restart. A failed lookup keeps the name's previous workers."""
 
     def __init__(self, targets: list[str], stub_class, resolver: Resolver = system_resolver,
-                 role: str = "prefill", retry: RetryPolicy = DEFAULT_RETRY) -> None:
-        """``role``: what the workers are (their certificates must say so); ``retry``: how calls to them are
-        retried, and how long one that answered UNAVAILABLE is skipped."""
+                 identity_role: str = "prefill", retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        """``identity_role``: the mTLS role the workers' certificates must name (``common/identity.py``; not a
+        scheduler role); ``retry``: how calls to them are retried, and how long one that answered UNAVAILABLE is
+        skipped."""
         self.stub_class = stub_class
         self.retry = retry
-        self.role = role
+        self.identity_role = identity_role
         self.resolver = resolver
         self.workers: list[Upstream] = []
         self.names: list[tuple[str, int]] = []
@@ -117,7 +118,7 @@ class WorkerPool:
                 self.workers.append(self._new_worker(t))
 
     def _new_worker(self, target: str) -> Upstream:
-        ch = channel(target, self.role)
+        ch = channel(target, self.identity_role)
         return Upstream(target, self.stub_class(ch), ch)
 
     async def refresh(self) -> None:

@@ -10,14 +10,14 @@ from pdserve.common.config import split_targets
 from pdserve.common.scheduling import ModeledScheduling, modeled_scheduling
 from pdserve.engine.model.synthetic import SYNTHETIC_NAME
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, check_deployment, deployment_from_args
 from pdserve.worker.clock import StepClock
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    role: Role
+    scheduler_role: SchedulerRole  # what its scheduler runs (not its mTLS identity's role)
     model: str | None  # a GGUF path, "synthetic", or None for the default model
     block_tokens: int
     kv_dtype: str
@@ -37,12 +37,12 @@ class WorkerConfig:
     metrics_port: int
 
     @classmethod
-    def from_args(cls, args, role: Role) -> WorkerConfig:
+    def from_args(cls, args, scheduler_role: SchedulerRole) -> WorkerConfig:
         """The settings the flags describe; ValueError (naming the field) for a modeled deployment that cannot run
         or a pacing it cannot keep."""
         deployment = deployment_from_args(args)
         check_deployment(deployment)
-        config = cls(role=role, model=args.model, block_tokens=args.block_tokens, kv_dtype=args.kv_dtype,
+        config = cls(scheduler_role=scheduler_role, model=args.model, block_tokens=args.block_tokens, kv_dtype=args.kv_dtype,
                      kvstore=tuple(split_targets(args.kvstore)), kv_shm=args.kv_shm, max_queue=args.max_queue,
                      model_step_nice=args.model_step_nice, drain_timeout_s=args.drain_timeout_s,
                      deployment=deployment, pace=args.pace, time_scale=args.time_scale, kv_link=args.kv_link,
@@ -61,7 +61,7 @@ class WorkerConfig:
         keeps CPU-sized limits (64 sequences, 2,048 tokens a step) unless the flags say otherwise; the synthetic
         backend, which emulates the modeled cluster, takes the modeled engine's. ``kv_blocks`` None: the modeled KV
         capacity."""
-        return modeled_scheduling(self.deployment, self.role, self.scheduler, kv_blocks, self.block_tokens,
+        return modeled_scheduling(self.deployment, self.scheduler_role, self.scheduler, kv_blocks, self.block_tokens,
                                   local=str(self.model) != SYNTHETIC_NAME, kv_budget=kv_budget)
 
     def info_labels(self) -> dict[str, str]:

@@ -16,7 +16,7 @@ from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
 from pdserve.engine.runtime import Runtime, default_served_name
 from pdserve.engine.sched.flags import add_scheduler_args
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.perfmodel.deployment import add_deployment_flag
 from pdserve.worker.clock import KV_LINKS, PACE_MODES
@@ -54,13 +54,14 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
     return parser
 
 
-def worker_config(args, role: Role) -> WorkerConfig:
-    """Set up logging and the process's identity, then build the worker's settings from its flags once. A modeled
-    deployment (or a scheduler flag) that cannot run stops the process with a message naming the field."""
+def worker_config(args, scheduler_role: SchedulerRole, identity_role: str) -> WorkerConfig:
+    """Set up logging and the process's identity (its certificate must name ``identity_role``, an mTLS role of
+    ``common/identity.py``), then build the worker's settings from its flags once. A modeled deployment (or a
+    scheduler flag) that cannot run stops the process with a message naming the field."""
     setup_logging(args.log_level)
-    configure_from_args(args, role.value, needs_kv_key=True)
+    configure_from_args(args, identity_role, needs_kv_key=True)
     try:
-        return WorkerConfig.from_args(args, role)
+        return WorkerConfig.from_args(args, scheduler_role)
     except ValueError as exc:
         raise SystemExit(f"modeled deployment: {exc}") from None
 

@@ -9,7 +9,7 @@ import pytest
 
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.runtime import Runtime
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole
 from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import TimingModel
@@ -40,7 +40,7 @@ TIMING = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang
 
 def make_worker(runtime, clock: StepClock | None = None, **config) -> Worker:
     """A decode-role worker with a 256-block KV budget; ``config``: more SchedulerConfig fields."""
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256, **config), runtime.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.DECODE, kv_blocks=256, **config), runtime.free)
     return Worker(runtime, scheduler, clock or StepClock(TIMING), max_queue=8)
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from pdserve.common.metrics import PROCESS_INFO, set_process_info
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import deployment_from_args
 from pdserve.worker.config import WorkerConfig
 from pdserve.worker.flags import worker_parser
 
 
-def config(*flags: str, role: Role = Role.DECODE) -> WorkerConfig:
+def config(*flags: str, role: SchedulerRole = SchedulerRole.DECODE) -> WorkerConfig:
     return WorkerConfig.from_args(worker_parser("decode_server", 50071, max_queue=512).parse_args(list(flags)), role)
 
 
@@ -20,7 +20,8 @@ def test_the_flags_are_read_once_into_the_config():
     c = config("--kvstore", "127.0.0.1:1,127.0.0.1:2", "--kv-shm", "--max-queue", "7", "--pace", "realtime",
                "--time-scale", "4", "--drain-timeout-s", "5", "--max-num-seqs", "3", "--port", "6001")
     assert c.kvstore == ("127.0.0.1:1", "127.0.0.1:2") and c.kv_shm and c.max_queue == 7
-    assert (c.pace, c.time_scale, c.drain_timeout_s, c.port, c.role) == ("realtime", 4.0, 5.0, 6001, Role.DECODE)
+    assert (c.pace, c.time_scale, c.drain_timeout_s, c.port) == ("realtime", 4.0, 5.0, 6001)
+    assert c.scheduler_role is SchedulerRole.DECODE
     assert c.scheduler.max_num_seqs == 3 and c.scheduling().config.max_num_seqs == 3
     assert c.deployment == deployment_from_args(worker_parser("x", 1, 1).parse_args([]))
     assert config("--kvstore", "").kvstore == ()
