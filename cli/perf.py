@@ -17,10 +17,10 @@ def cmd_perf(a: argparse.Namespace) -> int:
     except ValueError:
         raise ValueError(f"prefill_lens: {a.prefill_lens!r} is not a comma-separated list of integers") from None
     from pdserve.common.scheduling import modeled_scheduling
-    from pdserve.engine.sched.scheduler import Role
+    from pdserve.engine.sched.scheduler import SchedulerRole
 
     # the memory its software leaves for weights + KV (SGLang's --mem-fraction-static, ...), as the workers size it
-    deployment = modeled_scheduling(deployment_from_args(a), Role.DECODE).deployment
+    deployment = modeled_scheduling(deployment_from_args(a), SchedulerRole.DECODE).deployment
     report = scenario_report(deployment, lens, a.decode_batch, a.context_len, a.link)
     print(json.dumps(report, indent=2) if a.json else format_report(report, show_explain=a.explain))
     return 0

@@ -11,11 +11,10 @@ import contextlib
 import contextvars
 import inspect
 import time
+from typing import Protocol
 
 import grpc
 from prometheus_client import Counter, Histogram, Info, start_http_server
-
-from pdserve.perfmodel.deployment import deployment_from_args
 
 # Bucket edges. Two clocks, two ranges: the modeled (GPU) clock must tell a 10.9 ms decode step from an 18.4 ms one
 # and place a ~100 ms request within 10%; the wall (CPU) clock of a numpy model runs 10-100x slower. Per-RPC latency
@@ -68,18 +67,21 @@ class ClockPair:
         (self.modeled.labels(*labels) if labels else self.modeled).observe(modeled_s)
 
 
-def set_process_info(service: str, args=None, model_name: str = "", fingerprint: str = "") -> None:
+class ProcessConfig(Protocol):
+    def info_labels(self) -> dict[str, str]: ...
+
+
+def set_process_info(service: str, model_name: str = "", fingerprint: str = "",
+                     config: ProcessConfig | None = None) -> None:
     """Publish ``pdserve_deployment_info``: one series per process, every label always present (empty if n/a).
 
-    ``args`` are a worker's parsed flags (its modeled deployment and pacing); the router and kvstore pass none.
+    ``config``: a worker's settings (``worker/config.py``), whose modeled deployment and pacing fill the rest of the
+    labels; the router and kvstore pass none.
     """
     labels = dict.fromkeys(INFO_LABELS, "")
     labels.update(service=service, model_name=model_name, model_fingerprint=fingerprint)
-    if args is not None and hasattr(args, "deployment"):
-        d = deployment_from_args(args)
-        labels.update(perf_model=d.model, perf_hardware=d.hardware, perf_gpus=str(d.gpus), perf_tp=str(d.tp),
-                      perf_ep=str(d.ep), perf_software=d.software, perf_dp_attention=str(d.dp_attention).lower(),
-                      perf_kv_precision=d.kv_precision or "model", pace=args.pace, time_scale=f"{args.time_scale:g}")
+    if config is not None:
+        labels.update(config.info_labels())
     PROCESS_INFO.info(labels)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pdserve.engine.sched.flags import SchedulerOverrides, scheduler_config
 from pdserve.engine.sched.profiles import HardwareFacts, SchedulingProfile, scheduling_profile
 from pdserve.engine.sched.ranks import AttentionRanks
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole
 from pdserve.engine.sequence import Sequence
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.perfmodel.hardware import MIB
@@ -53,7 +53,7 @@ def hardware_facts(d: Deployment) -> HardwareFacts:
                          d.profile().max_context or 163_840)
 
 
-def modeled_scheduling(d: Deployment, role: Role, overrides: SchedulerOverrides | None = None,
+def modeled_scheduling(d: Deployment, role: SchedulerRole, overrides: SchedulerOverrides | None = None,
                        kv_blocks: int | None = None, block_tokens: int = 16, local: bool = False,
                        kv_budget: bool | None = None) -> ModeledScheduling:
     """``kv_blocks``: the instance's KV budget in blocks (split over its ranks); None: the modeled capacity.
@@ -72,7 +72,7 @@ def modeled_scheduling(d: Deployment, role: Role, overrides: SchedulerOverrides 
     ranks = hw.attention_dp
     per_rank = fit.kv_tokens_per_replica
     if kv_budget is None:
-        kv_budget = role is not Role.PREFILL
+        kv_budget = role is not SchedulerRole.PREFILL
     blocks = None
     if kv_budget:
         blocks = kv_blocks // ranks if kv_blocks else per_rank // block_tokens

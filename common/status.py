@@ -11,6 +11,7 @@ working; the rich status travels in the ``grpc-status-details-bin`` trailer, dec
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -61,21 +62,22 @@ def violated_field(err: grpc.RpcError) -> str | None:
     return match.group(1) if match else None
 
 
-async def abort_status(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
+# Each abort_* helper ends the RPC: context.abort raises, so none of them returns (code after a call is not reached).
+async def abort_status(context: grpc.aio.ServicerContext, status: grpc.Status) -> NoReturn:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-async def abort_invalid(context: grpc.aio.ServicerContext, exc: InvalidParameter) -> None:
+async def abort_invalid(context: grpc.aio.ServicerContext, exc: InvalidParameter) -> NoReturn:
     """INVALID_ARGUMENT: ``field: message``, with a BadRequest.FieldViolation naming the field."""
     await abort_status(context, invalid_status(exc))
 
 
-async def abort_exhausted(context: grpc.aio.ServicerContext, message: str, retry_after_s: float = RETRY_AFTER_S) -> None:
+async def abort_exhausted(context: grpc.aio.ServicerContext, message: str, retry_after_s: float = RETRY_AFTER_S) -> NoReturn:
     """RESOURCE_EXHAUSTED with a RetryInfo."""
     await abort_status(context, exhausted_status(message, retry_after_s))
 
 
-async def abort_code(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> None:
+async def abort_code(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
     """Any code, with the details its code calls for: RESOURCE_EXHAUSTED its RetryInfo, INVALID_ARGUMENT a
     FieldViolation for the ``field: `` the message starts with."""
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:

@@ -20,6 +20,7 @@ from pdserve.decode_server.metrics import KV_FETCH, PREFETCH_OUTCOMES, PREFETCHE
 from pdserve.engine.kv.cache import SequenceKV
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
+from pdserve.kvstore.contract import from_block, same_blocks
 from pdserve.kvstore.lease import KVLease
 from pdserve.worker.clock import StepClock
 
@@ -45,23 +46,24 @@ class KVImport:
     """A request's KV being imported ahead of its Decode call."""
 
     handle: object  # the KVHandle it fetches
-    kv: SequenceKV
+    lease: KVLease  # the request's lease in this worker: kept renewed by the import, released by the Decode call
+    cache: SequenceKV  # the request's KV cache, filling as blocks arrive
     task: asyncio.Task  # (wall seconds, modeled transfer seconds) of the import
     expiry: asyncio.TimerHandle | None = None
     taken: bool = False
 
 
 class KVImports:
-    def __init__(self, kv: KVStoreClient, clock: StepClock, new_kv: Callable[[int], SequenceKV], link: str = "nvlink",
+    def __init__(self, kv_client: KVStoreClient, clock: StepClock, new_cache: Callable[[int], SequenceKV], link: str = "nvlink",
                  max_pending: int = DEFAULT_MAX_PREFETCHES, hold_s: float = DEFAULT_PREFETCH_HOLD_S) -> None:
-        """``new_kv(tokens)``: an empty cache for a prompt of that many tokens. A prefetch holds its slot until a
+        """``new_cache(tokens)``: an empty cache for a prompt of that many tokens. A prefetch holds its slot until a
         Decode call takes it, or for its lease TTL (validated by the caller) but never longer than ``hold_s``."""
         if not 0 < hold_s < float("inf") or max_pending < 1:
             raise ValueError("prefetch: --prefetch-hold-s must be positive and finite, --max-prefetches at least 1")
         self.hold_s = hold_s
-        self.kv = kv
+        self.kv_client = kv_client
         self.clock = clock
-        self.new_kv = new_kv
+        self.new_cache = new_cache
         self.link = link
         self.max_pending = max_pending
         self.pending: dict[str, KVImport] = {}
@@ -76,8 +78,9 @@ class KVImports:
             raise ImportExists(f"request_id: {request_id} is being prefetched")
         if len(self.pending) >= self.max_pending:
             raise ImportsFull(f"decode: {self.max_pending} prefetches in flight (--max-prefetches)")
-        kv = self.new_kv(handle.token_count + 1)
-        imp = KVImport(handle, kv, asyncio.ensure_future(self._import(kv, handle)))
+        cache = self.new_cache(handle.token_count + 1)
+        lease = _lease(self.kv_client, handle)
+        imp = KVImport(handle, lease, cache, asyncio.ensure_future(self._import(cache, handle, lease)))
         self.pending[request_id] = imp
         hold = min(max(handle.lease_ttl_s, 1.0), self.hold_s)
         imp.expiry = asyncio.get_running_loop().call_later(hold, self.drop, request_id, imp)
@@ -97,10 +100,13 @@ class KVImports:
         """The request's KV into ``seq``: the prefetched copy of the same handle (what it has not brought yet is
         fetched now), or imported now. Returns the wall seconds this call spent on it and the modeled transfer
         seconds. The lease is released at the end, also when the fetch fails (KV_ERRORS)."""
-        async with KVLease(self.kv, handle.lease_id, handle.lease_ttl_s):  # we have our copy: evictable after
-            imp = self.pending.get(seq.request_id)
-            if imp is None or not _same_handle(imp.handle, handle):
-                return await self._import(seq.kv, handle)
+        imp = self.pending.get(seq.request_id)
+        if imp is not None and not same_blocks(imp.handle, handle):
+            imp = None
+        lease = imp.lease if imp is not None else _lease(self.kv_client, handle)
+        async with lease:  # we have our copy: evictable after
+            if imp is None:
+                return await self._import(seq.kv, handle, lease)
             return await self._adopt(seq, imp, handle)
 
     async def _adopt(self, seq: Sequence, imp: KVImport, handle) -> tuple[float, float]:
@@ -112,7 +118,7 @@ class KVImports:
         del self.pending[seq.request_id]
         imp.taken = True
         imp.expiry.cancel()
-        seq.kv = imp.kv
+        seq.kv = imp.cache
         if not imp.task.done() and seq.kv.length < handle.token_count:  # (with every block here, it only paces)
             imp.task.cancel()
         await asyncio.wait({imp.task})
@@ -121,31 +127,27 @@ class KVImports:
         if whole:
             return time.perf_counter() - start, imp.task.result()[1]
         imported = seq.kv.length // seq.kv.block_tokens  # blocks arrive whole and in order
-        rest = type(handle)()
-        rest.CopyFrom(handle)
-        del rest.block_keys[:]
-        rest.block_keys.extend(handle.block_keys[imported:])
-        _, modeled = await self._import(seq.kv, rest)
+        _, modeled = await self._import(seq.kv, from_block(handle, imported), imp.lease)
         return time.perf_counter() - start, modeled
 
     # --- the import itself ------------------------------------------------------------------------------------------
-    async def _import(self, kv: SequenceKV, handle) -> tuple[float, float]:
-        """Import the handle's blocks into ``kv``; returns (wall seconds, modeled transfer seconds)."""
+    async def _import(self, cache: SequenceKV, handle, lease: KVLease) -> tuple[float, float]:
+        """Import the handle's blocks into ``cache`` under ``lease``; returns (wall seconds, modeled transfer seconds)."""
         start = time.perf_counter()
-        async with KVLease(self.kv, handle.lease_id, handle.lease_ttl_s).keep():  # no expiry during a slow fetch
+        async with lease.keep():  # no expiry during a slow fetch
             # each block is imported as it arrives, while the rest is on the wire; with wait_s, blocks prefill is
             # still storing stream in as they are stored
             if handle.block_keys:  # (none left when a prefetch brought them all)
-                await self.kv.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
-                                  on_block=lambda b: kv.append_block(b.data, b.token_count, b.kv_dtype))
-            if kv.length != handle.token_count:
-                raise KVIntegrityError(f"blocks hold {kv.length} tokens, the handle says {handle.token_count}")
+                await self.kv_client.get(list(handle.block_keys), wait_s=handle.wait_s, lease_id=handle.lease_id,
+                                  on_block=lambda b: cache.append_block(b.data, b.token_count, b.kv_dtype))
+            if cache.length != handle.token_count:
+                raise KVIntegrityError(f"blocks hold {cache.length} tokens, the handle says {handle.token_count}")
             modeled = await self.clock.pace_transfer(handle.token_count, self.link, time.perf_counter() - start)
         elapsed = time.perf_counter() - start
         KV_FETCH.observe(elapsed)
         return elapsed, modeled
 
 
-def _same_handle(a, b) -> bool:
-    return (list(a.block_keys) == list(b.block_keys) and a.lease_id == b.lease_id and a.token_count == b.token_count
-            and a.model_fingerprint == b.model_fingerprint)
+def _lease(kv_client: KVStoreClient, handle) -> KVLease:
+    """The worker's one hold on a request's lease (made by the router, handed over by prefill in ``handle``)."""
+    return KVLease(kv_client, handle.lease_id, handle.lease_ttl_s)

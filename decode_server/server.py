@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from functools import partial
 
 import grpc
@@ -34,16 +33,15 @@ from pdserve.decode_server.metrics import (
     WAITING,
 )
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS, KVBudgetExceeded
-from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE
 from pdserve.engine.params import InvalidParameter
 from pdserve.engine.runtime import DEFAULT_SLAB_TOKENS
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.store import MAX_LEASE_TTL_S, MAX_WAIT_S
+from pdserve.kvstore.contract import check_handle
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
-from pdserve.worker.flags import build_worker, run_worker, worker_parser
+from pdserve.worker.flags import build_worker, run_worker, worker_config, worker_parser
 from pdserve.worker.metrics import ITL
 from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
 
@@ -52,16 +50,16 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink",
+    def __init__(self, worker: Worker, kv_client: KVStoreClient | None, kv_link: str = "nvlink",
                  kv_load_failure_policy: str = "recompute",
                  max_prefetches: int = DEFAULT_MAX_PREFETCHES,
                  prefetch_hold_s: float = DEFAULT_PREFETCH_HOLD_S) -> None:
         self.worker = worker
         self.runtime = worker.runtime
-        self.kv = kv
+        self.kv_client = kv_client
         self.kv_load_failure_policy = kv_load_failure_policy
         new_kv = partial(self.runtime.model.new_kv, block_tokens=self.runtime.block_tokens)
-        self.imports = KVImports(kv, worker.clock, lambda tokens: new_kv(capacity=tokens), kv_link, max_prefetches,
+        self.imports = KVImports(kv_client, worker.clock, lambda tokens: new_kv(capacity=tokens), kv_link, max_prefetches,
                                  prefetch_hold_s)
         s = worker.scheduler
         RUNNING.set_function(lambda: len(s.running))
@@ -96,31 +94,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         self._validate_handle(request.kv)
         return prompt, params
 
-    def _validate_handle(self, kv) -> None:
+    def _validate_handle(self, handle) -> None:
         rt = self.runtime
-        if not kv.block_keys:
-            raise InvalidParameter("kv.block_keys", "empty: send a KV handle from prefill, or colocated=true")
-        if not kv.lease_id:
-            raise InvalidParameter("kv.lease_id", "required: the blocks are read under the request's lease")
-        if not 0 < kv.token_count < rt.config.context_length:
-            raise InvalidParameter("kv.token_count", f"must be in [1, {rt.config.context_length - 1}], "
-                                                     f"got {kv.token_count}")
-        if kv.block_tokens != rt.block_tokens:
-            raise InvalidParameter("kv.block_tokens", f"{kv.block_tokens}; this worker uses {rt.block_tokens}")
-        if kv.model_fingerprint != rt.config.fingerprint:
-            raise InvalidParameter("kv.model_fingerprint", "the KV was computed by a different model")
-        if (kv.kv_dtype or DEFAULT_KV_DTYPE) != rt.kv_dtype:
-            raise InvalidParameter("kv.kv_dtype", f"the KV is {kv.kv_dtype or DEFAULT_KV_DTYPE}, this decode worker's "
-                                                  f"cache is {rt.kv_dtype} (run prefill and decode with the same "
-                                                  f"--kv-dtype)")
-        if len(kv.block_keys) != -(-kv.token_count // rt.block_tokens):
-            raise InvalidParameter("kv.block_keys", f"{len(kv.block_keys)} keys for {kv.token_count} tokens")
-        if not math.isfinite(kv.wait_s) or not 0 <= kv.wait_s <= MAX_WAIT_S:
-            raise InvalidParameter("kv.wait_s", f"must be in [0, {MAX_WAIT_S:g}], got {kv.wait_s}")
-        # the lease is renewed with it while the blocks arrive, and a prefetched copy waits that long for its call
-        if not math.isfinite(kv.lease_ttl_s) or not 0 < kv.lease_ttl_s <= MAX_LEASE_TTL_S:
-            raise InvalidParameter("kv.lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {kv.lease_ttl_s}")
-        if self.kv is None:
+        check_handle(handle, rt.config.context_length, rt.block_tokens, rt.config.fingerprint, rt.kv_dtype)
+        if self.kv_client is None:
             raise InvalidParameter("kv", "this decode worker has no kvstore; send colocated=true")
 
     async def Prefetch(self, request, context):
@@ -139,14 +116,14 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             elapsed, _ = await asyncio.shield(imp.task)
         except asyncio.CancelledError:
             if imp.taken and not asyncio.current_task().cancelling():  # a Decode call took it and goes on
-                return decode_pb2.PrefetchResponse(token_count=imp.kv.length)
+                return decode_pb2.PrefetchResponse(token_count=imp.cache.length)
             self.imports.drop(request.request_id, imp)  # the router gave the request up
             raise
         except KV_ERRORS as exc:
             self.imports.drop(request.request_id, imp, failed=True)
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.DATA_LOSS
             await context.abort(code, f"kv: {kv_error_detail(exc)}")
-        return decode_pb2.PrefetchResponse(token_count=imp.kv.length, fetch_wall_s=elapsed)
+        return decode_pb2.PrefetchResponse(token_count=imp.cache.length, fetch_wall_s=elapsed)
 
     async def Decode(self, request, context):
         try:
@@ -259,12 +236,13 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     # modeled: the software's memory fraction of the modeled deployment, per attention rank (worker/flags.py)
     kv_blocks = None if args.kv_budget == "modeled" else args.kv_blocks
-    worker = build_worker(args, Role.DECODE, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
+    config = worker_config(args, SchedulerRole.DECODE, "decode")
+    worker = build_worker(config, kv_blocks=kv_blocks, slab_tokens=args.slab_tokens)
 
-    def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        service = DecodeService(worker, kv, args.kv_link, args.kv_load_failure_policy, args.max_prefetches,
+    def register(server: grpc.aio.Server, kv_client: KVStoreClient | None) -> list[str]:
+        service = DecodeService(worker, kv_client, config.kv_link, args.kv_load_failure_policy, args.max_prefetches,
                                 args.prefetch_hold_s)
         decode_pb2_grpc.add_DecodeServicer_to_server(service, server)
         return [decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name]
 
-    asyncio.run(run_worker("decode", args, worker, register))
+    asyncio.run(run_worker("decode", config, worker, register))

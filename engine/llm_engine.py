@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from pdserve.engine.params import InvalidParameter, SamplingParams, validate_request
 from pdserve.engine.runtime import Runtime
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import StepResult
 
@@ -19,7 +19,7 @@ class LLMEngine:
                  kv_blocks: int | None = None) -> None:
         self.runtime = runtime
         defaults = SchedulerConfig()
-        config = SchedulerConfig(Role.BOTH, max_num_seqs or defaults.max_num_seqs,
+        config = SchedulerConfig(SchedulerRole.BOTH, max_num_seqs or defaults.max_num_seqs,
                                  max_num_batched_tokens or defaults.max_num_batched_tokens, kv_blocks,
                                  runtime.block_tokens)
         self.scheduler = Scheduler(config, runtime.free)

@@ -21,47 +21,47 @@ import asyncio
 import contextlib
 import logging
 import math
-import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 import grpc
 
 from pdserve.kvstore.client import KVStoreClient
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, new_lease_id, sample_lease_id
 
 log = logging.getLogger("pdserve.kvstore.lease")
 
-DEFAULT_LEASE_TTL_S = 30.0  # how long prefilled KV waits, leased, for a decode worker
 _background: set[asyncio.Task] = set()  # releases started while their holder was cancelled
 T = TypeVar("T")
 
 
 class KVLease:
-    def __init__(self, kv: KVStoreClient | None, lease_id: str, ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
-        """``kv`` None: a holder without a kvstore client (e.g. a router in front of colocated workers); nothing to
+    def __init__(self, kv_client: KVStoreClient | None, lease_id: str, ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
+        """``kv_client`` None: a holder without a kvstore client (e.g. a router in front of colocated workers); nothing to
         acquire or release."""
-        self.kv = kv
+        self.kv_client = kv_client
         self.lease_id = lease_id
         self.ttl_s = ttl_s
         self.handed_over = False
 
     @classmethod
-    async def create(cls, kv: KVStoreClient | None, ttl_s: float = DEFAULT_LEASE_TTL_S) -> KVLease:
+    async def create(cls, kv_client: KVStoreClient | None, ttl_s: float = DEFAULT_LEASE_TTL_S) -> KVLease:
         """A lease under a fresh random id, made in the kvstore (holding nothing yet) for one request."""
-        lease = cls(kv, uuid.uuid4().hex, ttl_s)
-        if kv is not None:
-            await lease._made_or_released(kv.create_lease(lease.lease_id, ttl_s))
+        lease = cls(kv_client, new_lease_id(), ttl_s)
+        if kv_client is not None:
+            await lease._made_or_released(kv_client.create_lease(lease.lease_id, ttl_s))
         return lease
 
     async def acquire(self, keys: list[str]) -> int:
         """Lease the leading ``keys`` the kvstore holds; returns how many."""
-        return await self.kv.acquire(keys, self.lease_id, self.ttl_s) if keys else 0
+        return await self.kv_client.acquire(keys, self.lease_id, self.ttl_s) if keys else 0
 
-    async def copy(self, keys: list[str], lease_id: str) -> KVLease | None:
-        """A second lease, created now, on every one of ``keys`` (for another holder), or None (and nothing held) if
-        some are gone."""
-        other = KVLease(self.kv, lease_id, self.ttl_s)
-        held = await other._made_or_released(self.kv.acquire(keys, lease_id, self.ttl_s, create=True)) if keys else 0
+    async def copy(self, keys: list[str], sample: int) -> KVLease | None:
+        """A second lease, created now, on every one of ``keys`` (for sample ``sample`` of the request to decode
+        under), or None (and nothing held) if some are gone."""
+        other = KVLease(self.kv_client, sample_lease_id(self.lease_id, sample), self.ttl_s)
+        making = self.kv_client.acquire(keys, other.lease_id, self.ttl_s, create=True) if keys else None
+        held = await other._made_or_released(making) if making is not None else 0
         if not keys or held < len(keys):
             await other.release()
             return None
@@ -72,7 +72,7 @@ class KVLease:
         """Keep the lease renewed while the body runs (a slow fetch, a long wait): at once (``renew_now``; else the
         lease was just made or renewed), then every third of its TTL. A renewal may take until the lease would expire
         (a busy kvstore answers late, not never), and one that fails is tried again soon, not a period later."""
-        if self.kv is None or not self.lease_id or not 0 < self.ttl_s < math.inf:
+        if self.kv_client is None or not self.lease_id or not 0 < self.ttl_s < math.inf:
             yield
             return
         task = asyncio.create_task(self._renew_forever(renew_now))
@@ -89,7 +89,7 @@ class KVLease:
         while True:
             sent = loop.time()
             try:
-                await self.kv.renew(self.lease_id, self.ttl_s, timeout=max(0.1, expires - sent))
+                await self.kv_client.renew(self.lease_id, self.ttl_s, timeout=max(0.1, expires - sent))
             except grpc.aio.AioRpcError as exc:
                 log.warning("lease %s not renewed: %s", self.lease_id, exc.details())
                 await asyncio.sleep(min(self.ttl_s / 10, max(0.0, expires - loop.time()) / 4) or 0.05)
@@ -128,10 +128,10 @@ class KVLease:
 
     async def release(self) -> None:
         """Give the lease up: its blocks may be evicted now. Failing to is logged, not raised: it expires."""
-        if self.kv is None or not self.lease_id:
+        if self.kv_client is None or not self.lease_id:
             return
         try:
-            await self.kv.release(self.lease_id, timeout=5.0)
+            await self.kv_client.release(self.lease_id, timeout=5.0)
         except grpc.aio.AioRpcError as exc:
             log.warning("lease %s not released: %s (it will expire)", self.lease_id, exc.details())
 

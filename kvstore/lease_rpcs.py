@@ -5,33 +5,35 @@ shares."""
 from __future__ import annotations
 
 import asyncio
-import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import grpc
 
 from pdserve.common.authz import caller_role
-from pdserve.common.status import abort_code, abort_exhausted
+from pdserve.common.status import abort_exhausted, abort_invalid
+from pdserve.engine.params import InvalidParameter
 from pdserve.kvstore import metrics
-from pdserve.kvstore.store import MAX_LEASE_TTL_S, LeaseExists, LeaseQuota, StoreFull, UnknownLease
+from pdserve.kvstore.contract import check_lease_id, check_lease_ttl
+from pdserve.kvstore.store import LeaseExists, LeaseQuota, StoreFull, UnknownLease
 from pdserve.v1 import kvstore_pb2
 
-MAX_LEASE_ID_CHARS = 256
+T = TypeVar("T")
+
+
+async def checked(context, check: Callable[[T], T], value: T) -> T:
+    """``check(value)`` (a rule of ``kvstore/contract.py``), or INVALID_ARGUMENT naming the field."""
+    try:
+        return check(value)
+    except InvalidParameter as exc:
+        await abort_invalid(context, exc)
 
 
 class LeaseRPCs:
-    @staticmethod
-    async def _check_ttl(ttl: float, context, required: bool) -> float:
-        if not math.isfinite(ttl) or (required and ttl <= 0) or ttl < 0 or ttl > MAX_LEASE_TTL_S:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                             f"lease_ttl_s: must be in (0, {MAX_LEASE_TTL_S:.0f}], got {ttl}")
-        return ttl
-
     async def Acquire(self, request, context):
         keys = await self._check_keys(request.keys, context)
-        if not request.lease_id or len(request.lease_id) > MAX_LEASE_ID_CHARS:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                             f"lease_id: must have 1..{MAX_LEASE_ID_CHARS} characters")
-        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
+        await checked(context, check_lease_id, request.lease_id)
+        ttl = await checked(context, check_lease_ttl, request.lease_ttl_s)
         role = caller_role.get()
         if request.create and role not in (None, "router"):  # None: a kvstore run with --insecure-internal
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"create: leases are created by the router, "
@@ -55,11 +57,13 @@ class LeaseRPCs:
         return kvstore_pb2.LookupReply(present_prefix=n)
 
     async def Renew(self, request, context):
-        ttl = await self._check_ttl(request.lease_ttl_s, context, required=True)
+        await checked(context, check_lease_id, request.lease_id)
+        ttl = await checked(context, check_lease_ttl, request.lease_ttl_s)
         with metrics.OP_SECONDS.labels("renew").time():
             return kvstore_pb2.LeaseReply(blocks=self.store.renew(request.lease_id, ttl))
 
     async def Release(self, request, context):
+        await checked(context, check_lease_id, request.lease_id)
         with metrics.OP_SECONDS.labels("release").time():
             n = self.store.release(request.lease_id)
         self._update_gauges()

@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 
 import grpc
 
 from pdserve.common.status import abort_code
 from pdserve.kvstore import metrics, shm
-from pdserve.kvstore.lease_rpcs import LeaseRPCs
+from pdserve.kvstore.contract import UNKNOWN_LEASE, check_lease_id, check_wait_s
+from pdserve.kvstore.lease_rpcs import LeaseRPCs, checked
 from pdserve.kvstore.put import PutRPC
 from pdserve.kvstore.store import (
-    MAX_WAIT_S,
-    UNKNOWN_LEASE,
     Block,
     BlockStore,
     ChecksumMismatch,
@@ -144,12 +142,8 @@ class KVStoreService(PutRPC, LeaseRPCs, kvstore_pb2_grpc.KVStoreServicer):
 
     async def _get(self, request, context):
         keys = await self._check_keys(request.keys, context)
-        if not request.lease_id:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT,
-                             "lease_id: required (a Get reads only the blocks its lease holds)")
-        wait_s = request.wait_s
-        if not math.isfinite(wait_s) or not 0 <= wait_s <= MAX_WAIT_S:
-            await abort_code(context, grpc.StatusCode.INVALID_ARGUMENT, f"wait_s: must be in [0, {MAX_WAIT_S:g}]")
+        await checked(context, check_lease_id, request.lease_id)  # a Get reads only the blocks its lease holds
+        wait_s = await checked(context, check_wait_s, request.wait_s)
         deadline = asyncio.get_running_loop().time() + wait_s
         shm_fd = await self._open_shm(request.shm_name, context) if request.shm_name else None
         offset = 0

@@ -28,10 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pdserve.engine.kv.blocks import leading_hits
+from pdserve.kvstore.contract import UNKNOWN_LEASE
 
-MAX_LEASE_TTL_S = 300.0  # the longest a lease lasts without a renewal
 DEFAULT_MAX_LEASES_PER_OWNER = 16384  # leases one caller identity may hold at once (a router: requests x samples)
-MAX_WAIT_S = 600.0  # the longest a Get waits for blocks still being written
 RELEASED_KEPT = 100_000  # released lease ids remembered, so a Put or Acquire racing a release cannot revive one
 DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told otherwise
 DEFAULT_MAX_BLOCKS = 1 << 20  # blocks one shard holds at most, whatever their size
@@ -62,10 +61,8 @@ class UnknownBlock(KeyError):
 
 class UnknownLease(Exception):
     """The lease was never created here (leases are created by the router; a shard that was down then, or restarted
-    since, never saw it), or has expired. Its text starts with :data:`UNKNOWN_LEASE`."""
-
-
-UNKNOWN_LEASE = "lease_id: no lease"  # how an UnknownLease's status text starts, for clients to tell it apart
+    since, never saw it), or has expired. Its text starts with the contract's :data:`UNKNOWN_LEASE`
+    (``kvstore/contract.py``), for clients to tell it apart."""
 
 
 class LeaseExists(Exception):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from pdserve.engine.kv.blocks import handle_block_keys
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import BlockData, KVStoreClient
+from pdserve.kvstore.contract import handle_keys
 from pdserve.kvstore.lease import KVLease
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 
@@ -28,9 +28,9 @@ class BlockUploader:
     step's hand-off) instead of all at the end of it, as concurrent streams sharing the link would.
     """
 
-    def __init__(self, kv: KVStoreClient, cache: LocalPrefixCache, seq: Sequence, keys: list[str], first: int,
+    def __init__(self, kv_client: KVStoreClient, cache: LocalPrefixCache, seq: Sequence, keys: list[str], first: int,
                  lease: KVLease, turns: asyncio.Lock | None = None) -> None:
-        self.kv, self.cache, self.seq, self.keys = kv, cache, seq, keys
+        self.kv_client, self.cache, self.seq, self.keys = kv_client, cache, seq, keys
         self.turns = turns or asyncio.Lock()
         self.next = first  # the next block to store
         self.lease = lease  # the blocks are stored under it
@@ -56,7 +56,7 @@ class BlockUploader:
 
     async def _put_in_turn(self, blocks: list[BlockData]) -> None:
         async with self.turns:
-            await self.kv.put(blocks, self.lease.lease_id, self.lease.ttl_s)
+            await self.kv_client.put(blocks, self.lease.lease_id, self.lease.ttl_s)
 
     def chunk_done(self) -> None:
         """A forward over this prompt ended: start storing the blocks it completed, or, once the whole prompt is in
@@ -71,7 +71,7 @@ class BlockUploader:
         if self.rest_sent:
             return
         self.rest_sent = True
-        blocks, keys = self._export_ready(), self.handle_keys
+        blocks, keys = self._export_ready(), self.stored_keys
         if len(keys) > len(self.keys):  # the partial tail
             tail_tokens = len(self.seq.prompt_ids) % self.seq.kv.block_tokens
             blocks.append(BlockData(keys[-1], tail_tokens, self.seq.kv.export_block(len(self.keys)),
@@ -79,14 +79,15 @@ class BlockUploader:
         self._put(blocks)
 
     @property
-    def handle_keys(self) -> list[str]:
-        return handle_block_keys(self.keys, self.lease.lease_id, len(self.seq.prompt_ids), self.seq.kv.block_tokens)
+    def stored_keys(self) -> list[str]:
+        """The keys of the handle: the full blocks', then the partial tail's."""
+        return handle_keys(self.keys, self.lease.lease_id, len(self.seq.prompt_ids), self.seq.kv.block_tokens)
 
     async def finish(self) -> list[str]:
         """Store what is left, if the last forward has not, and wait for every Put; returns the handle's keys. A
         failed Put raises here, after the others are cancelled."""
         self._put_rest()
-        keys = self.handle_keys
+        keys = self.stored_keys
         try:
             await asyncio.gather(*self.pending)
         except BaseException:

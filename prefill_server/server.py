@@ -10,19 +10,19 @@ import grpc
 
 from pdserve.common.convert import token_step
 from pdserve.common.status import abort_code, abort_exhausted, abort_invalid
-from pdserve.common.validation import MAX_REQUEST_ID_CHARS, MAX_SALT_CHARS, check_worker_request
+from pdserve.common.validation import MAX_SALT_CHARS, check_worker_request
 from pdserve.engine.kv.blocks import block_keys
 from pdserve.engine.params import InvalidParameter
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.engine.sequence import Sequence
 from pdserve.kvstore.client import KVIntegrityError, KVStoreClient
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
-from pdserve.kvstore.store import MAX_LEASE_TTL_S
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, build_handle, check_lease_id, check_lease_ttl
+from pdserve.kvstore.lease import KVLease
 from pdserve.prefill_server import metrics
 from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
-from pdserve.worker.flags import build_worker, run_worker, worker_parser
+from pdserve.worker.flags import build_worker, run_worker, worker_config, worker_parser
 from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
 
 log = logging.getLogger("pdserve.prefill")
@@ -31,11 +31,11 @@ log = logging.getLogger("pdserve.prefill")
 
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient, local_cache: LocalPrefixCache) -> None:
+    def __init__(self, worker: Worker, kv_client: KVStoreClient, local_cache: LocalPrefixCache) -> None:
         self.worker = worker
         self.put_turns = asyncio.Lock()
         self.runtime = worker.runtime
-        self.kv = kv
+        self.kv_client = kv_client
         self.cache = local_cache
         self.fingerprint = self.runtime.config.fingerprint
         for outcome in ("ok", "rejected", "cancelled", "error"):
@@ -50,12 +50,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         config = self.runtime.config
         ids, params = check_worker_request(request.request_id, request.token_ids, request.sampling,
                                            config.vocab_size, config.context_length, "token_ids")
-        ttl = request.lease_ttl_s or DEFAULT_LEASE_TTL_S
-        if not 0 < ttl <= MAX_LEASE_TTL_S:
-            raise InvalidParameter("lease_ttl_s", f"must be in (0, {MAX_LEASE_TTL_S:g}], got {ttl}")
-        if not request.lease_id or len(request.lease_id) > MAX_REQUEST_ID_CHARS or not request.lease_id.isprintable():
-            raise InvalidParameter("lease_id", f"1..{MAX_REQUEST_ID_CHARS} printable characters: the lease the router "
-                                               "made for the request")
+        ttl = check_lease_ttl(request.lease_ttl_s or DEFAULT_LEASE_TTL_S)
+        check_lease_id(request.lease_id)
         if len(request.cache_salt) > MAX_SALT_CHARS:
             raise InvalidParameter("cache_salt", f"at most {MAX_SALT_CHARS} characters")
         return ids, params, ttl
@@ -82,7 +78,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         # named under the tenant's salt: blocks (here, in the local cache, in the kvstore) are shared within a tenant
         keys = block_keys(ids, self.fingerprint, self.runtime.block_tokens, self.runtime.kv_dtype,
                           salt=request.cache_salt)
-        lease = KVLease(self.kv, request.lease_id, ttl)  # made by the router, one per request
+        lease = KVLease(self.kv_client, request.lease_id, ttl)  # made by the router, one per request
         job: Job | None = None
         uploader: BlockUploader | None = None
         try:
@@ -90,7 +86,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                 io_start = time.perf_counter()
                 stored_prefix, reused = await self._reuse_prefix(seq, keys, lease)
                 io_s = time.perf_counter() - io_start
-                uploader = BlockUploader(self.kv, self.cache, seq, keys, stored_prefix, lease, self.put_turns)
+                uploader = BlockUploader(self.kv_client, self.cache, seq, keys, stored_prefix, lease, self.put_turns)
                 job = self.worker.submit(seq)
                 job.on_prefill_chunk = uploader.chunk_done  # blocks move while later chunks compute
                 event = await job.events.get()
@@ -146,7 +142,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         local = self.cache.leading_hits(keys[:reusable])
         reuse = min(max(local, stored), reusable)
         try:
-            fetched = await self.kv.get(keys[local:reuse], lease_id=lease.lease_id) if reuse > local else []
+            fetched = await self.kv_client.get(keys[local:reuse], lease_id=lease.lease_id) if reuse > local else []
         except KVIntegrityError as exc:
             log.warning("a reused block failed its check (%s); computing the prompt from block %d", exc, local)
             metrics.KV_INTEGRITY_FAILURES.inc()
@@ -167,9 +163,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             uploader.cancel()
 
     def _handle(self, keys: list[str], token_count: int, lease: KVLease) -> common_pb2.KVHandle:
-        return common_pb2.KVHandle(block_keys=keys, token_count=token_count, block_tokens=self.runtime.block_tokens,
-                                   lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s, model_fingerprint=self.fingerprint,
-                                   kv_dtype=self.runtime.kv_dtype)
+        return build_handle(keys, token_count, self.runtime.block_tokens, lease.lease_id, lease.ttl_s, self.fingerprint,
+                            self.runtime.kv_dtype)
 
 
 def build_parser():
@@ -181,13 +176,14 @@ def build_parser():
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    worker = build_worker(args, Role.PREFILL)
+    config = worker_config(args, SchedulerRole.PREFILL, "prefill")
+    worker = build_worker(config)
     cache = LocalPrefixCache(int(args.prefix_cache_mb * (1 << 20)))
 
-    def register(server: grpc.aio.Server, kv: KVStoreClient | None) -> list[str]:
-        if kv is None:
+    def register(server: grpc.aio.Server, kv_client: KVStoreClient | None) -> list[str]:
+        if kv_client is None:
             parser.error("--kvstore: a prefill worker needs a kvstore")
-        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv, cache), server)
+        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillService(worker, kv_client, cache), server)
         return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
 
-    asyncio.run(run_worker("prefill", args, worker, register))
+    asyncio.run(run_worker("prefill", config, worker, register))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 
-from pdserve.router.workers import Worker
+from pdserve.router.workers import Upstream
 
 PREFILL_POLICIES = ("round_robin", "least_loaded", "cache_aware")
 
@@ -25,10 +25,10 @@ class PrefillPolicy:
         self._rr = itertools.count()
 
     @staticmethod
-    def queued_tokens(w: Worker) -> int:
+    def queued_tokens(w: Upstream) -> int:
         return max(w.load.waiting_tokens, w.inflight_tokens)
 
-    def choose(self, workers: list[Worker], block_keys: list[str]) -> Worker:
+    def choose(self, workers: list[Upstream], block_keys: list[str]) -> Upstream:
         if self.name == "round_robin":
             return workers[next(self._rr) % len(workers)]
         if self.name == "least_loaded":
@@ -37,8 +37,8 @@ class PrefillPolicy:
                                            - self.balance * self.queued_tokens(w), -w.inflight))
 
 
-def choose_decode(workers: list[Worker]) -> Worker:
-    def usage(w: Worker) -> float:
+def choose_decode(workers: list[Upstream]) -> Upstream:
+    def usage(w: Upstream) -> float:
         total = w.load.kv_blocks_total or 1
         return w.load.kv_blocks_used / total
     return min(workers, key=lambda w: (round(usage(w), 2), max(w.load.running + w.load.waiting, w.inflight)))

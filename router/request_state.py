@@ -39,10 +39,11 @@ class RequestState:
     output_ids: list[int] = field(default_factory=list)  # every token relayed to the client so far
     resumes: int = 0  # times the decode stream moved to another worker mid-stream
     cached_tokens: int = 0
-    queue_s: float = 0.0
-    prefill_queue_s: float = 0.0  # the part of queue_s before the first token
-    kv_store_s: float = 0.0
-    kv_fetch_s: float = 0.0
+    # wall clock, named as the workers report them and as the client gets them (common.v1.Timings)
+    queue_wall_s: float = 0.0
+    prefill_queue_wall_s: float = 0.0  # the part of queue_wall_s before the first token
+    kv_store_wall_s: float = 0.0
+    kv_fetch_wall_s: float = 0.0
     lease: KVLease | None = None  # the router's hold on the sample's KV, until a decode worker has taken it
     finish_reason: str = ""  # set once the sample's last chunk went out
     # modeled clock, as reported by the workers
@@ -54,16 +55,20 @@ class RequestState:
 
     def took_prefill(self, reply: prefill_pb2.PrefillReply) -> None:
         self.cached_tokens = reply.cached_tokens
-        self.queue_s = self.prefill_queue_s = reply.queue_wall_s
-        self.kv_store_s = reply.kv_store_wall_s
+        self.queue_wall_s = self.prefill_queue_wall_s = reply.queue_wall_s
+        self.kv_store_wall_s = reply.kv_store_wall_s
         self.queue_modeled_s = reply.queue_modeled_s
         self.prefill_modeled_s = reply.modeled_s
 
-    def took_decode_chunk(self, chunk: decode_pb2.DecodeChunk) -> None:
-        if self.lease is not None:  # the decode worker fetched the KV and releases the lease itself
+    def hand_over_lease(self) -> None:
+        """A decode worker streams the sample: it has fetched the KV and releases the lease itself, so the router's
+        hold on it ends without a release."""
+        if self.lease is not None:
             self.lease.hand_over()
-        self.kv_fetch_s += chunk.kv_fetch_wall_s
-        self.queue_s += chunk.queue_wall_s
+
+    def took_decode_timings(self, chunk: decode_pb2.DecodeChunk) -> None:
+        self.kv_fetch_wall_s += chunk.kv_fetch_wall_s
+        self.queue_wall_s += chunk.queue_wall_s
         self.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s
         self.decode_modeled_s += chunk.decode_modeled_s
         if self.colocated:  # the decode worker's queue and prefill come before the first token
@@ -75,8 +80,8 @@ class RequestState:
     def queue_before_first_token(self) -> tuple[float, float]:
         """(wall, modeled) seconds queued before the first token: prefill's queue, or colocated decode's."""
         if self.colocated:
-            return self.queue_s, self.queue_modeled_s
-        return self.prefill_queue_s, self.queue_modeled_s
+            return self.queue_wall_s, self.queue_modeled_s
+        return self.prefill_queue_wall_s, self.queue_modeled_s
 
     def took_tokens(self, ids) -> None:
         if self.first_token_at is None and ids:
@@ -93,9 +98,9 @@ class RequestState:
         e2e_m = ttft_m + self.kv_transfer_modeled_s + self.decode_wait_modeled_s + self.decode_modeled_s
         tpot_m = (e2e_m - ttft_m) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
         return common_pb2.Timings(
-            queue_wall_s=self.queue_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,
-            kv_handoff_wall_s=self.kv_store_s + self.kv_fetch_s, kv_store_wall_s=self.kv_store_s,
-            kv_fetch_wall_s=self.kv_fetch_s, queue_modeled_s=self.queue_modeled_s + self.decode_wait_modeled_s,
+            queue_wall_s=self.queue_wall_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,
+            kv_handoff_wall_s=self.kv_store_wall_s + self.kv_fetch_wall_s, kv_store_wall_s=self.kv_store_wall_s,
+            kv_fetch_wall_s=self.kv_fetch_wall_s, queue_modeled_s=self.queue_modeled_s + self.decode_wait_modeled_s,
             ttft_modeled_s=ttft_m, tpot_modeled_s=tpot_m, e2e_modeled_s=e2e_m,
             kv_transfer_modeled_s=self.kv_transfer_modeled_s)
 

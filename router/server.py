@@ -5,21 +5,22 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
+from pdserve.common.config import FlagParser, add_model_flags, service_parser
 from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tenants import TOKEN_ENV, Tenants
 from pdserve.common.tls import configure_from_args, identity
 from pdserve.engine.runtime import model_metadata
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, MAX_LEASE_TTL_S
 from pdserve.router.auth import TenantAuthInterceptor
+from pdserve.router.config import RouterConfig, check_flags
 from pdserve.router.metrics import init_labels
 from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
 from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS
-from pdserve.router.service import RouterConfig, RouterService
+from pdserve.router.service import RouterService
 from pdserve.router.tenancy import TenantLimits, TenantSalts
-from pdserve.router.workers import decode_pool, prefill_pool, split_target
+from pdserve.router.workers import decode_pool, prefill_pool
 from pdserve.v1 import router_pb2, router_pb2_grpc
 
 log = logging.getLogger("pdserve.router")
@@ -42,7 +43,7 @@ def build_parser() -> FlagParser:
     parser.add_argument("--tokenizer-workers", type=int, default=DEFAULT_TOKENIZER_WORKERS,
                         help="threads that render chat templates and tokenize, off the event loop")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
-                        help="how long prefilled KV waits for decode")
+                        help=f"how long prefilled KV waits for decode (at most {MAX_LEASE_TTL_S:g})")
     parser.add_argument("--no-decode-prefetch", dest="decode_prefetch", action="store_false",
                         help="send Decode only after prefill returns, without a decode worker importing the KV "
                              "while prefill computes it")
@@ -70,67 +71,52 @@ def build_parser() -> FlagParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for flag in ("prefill", "decode"):
-        try:
-            [split_target(t) for t in split_targets(getattr(args, flag))]
-        except ValueError as exc:
-            parser.error(f"--{flag}: {exc}")
+    try:
+        check_flags(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     setup_logging(args.log_level)
     configure_from_args(args, "router", needs_kv_key=True)
     tenants = Tenants.from_flag(args.auth_token_file)
     if not tenants.enabled:
         log.warning("no --auth-token-file: the public API is open, and every caller is the tenant 'default' (one "
                     "prefix cache, one request-id space, one Abort scope)")
-    if args.max_streams_per_connection < 1:
-        raise SystemExit("--max-streams-per-connection: must be at least 1")
-    if args.max_prompt_chars < 1 or args.tokenizer_workers < 1:
-        raise SystemExit("--max-prompt-chars and --tokenizer-workers: must be at least 1")
-    for flag in ("tenant_max_inflight", "tenant_max_queued_tokens"):
-        if getattr(args, flag) < 0:
-            raise SystemExit(f"--{flag.replace('_', '-')}: must be at least 0")
-    if not args.colocated and not split_targets(args.kvstore):
-        raise SystemExit("--kvstore: a disaggregated router needs it (it creates each request's KV lease there)")
     tokenizer, model_config, default_name = model_metadata(args.model)
-    config = RouterConfig(
-        model_name=args.served_model_name or default_name,
-        context_length=model_config.context_length, fingerprint=model_config.fingerprint,
-        block_tokens=args.block_tokens, colocated=args.colocated, max_inflight=args.max_inflight,
-        lease_ttl_s=args.lease_ttl_s, decode_resumes=args.decode_resumes,
-        decode_prefetch=args.decode_prefetch, kv_dtype=args.kv_dtype, max_prompt_chars=args.max_prompt_chars,
-        tokenizer_workers=args.tokenizer_workers)
+    config = RouterConfig.from_args(args, default_name, model_config.context_length, model_config.fingerprint)
     set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
 
     async def run() -> None:
-        prefill = prefill_pool([] if args.colocated else split_targets(args.prefill))
-        decode = decode_pool(split_targets(args.decode))
+        prefill = prefill_pool(list(config.prefill_targets))
+        decode = decode_pool(list(config.decode_targets))
         for pool in (prefill, decode):
             await pool.refresh()
-        kv = KVStoreClient(split_targets(args.kvstore)) if split_targets(args.kvstore) and not args.colocated else None
+        kv_client = KVStoreClient(list(config.kvstore_targets)) if config.kvstore_targets else None
         init_labels(config.model_name, [w.target for w in prefill.workers], [w.target for w in decode.workers],
-                    args.policy)
+                    config.policy)
         ident = identity()
-        service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(args.policy, args.block_tokens), kv,
-                                TenantLimits(args.tenant_max_inflight, args.tenant_max_queued_tokens, tenants.names),
+        service = RouterService(config, tokenizer, prefill, decode, PrefillPolicy(config.policy, config.block_tokens),
+                                kv_client, TenantLimits(config.tenant_max_inflight, config.tenant_max_queued_tokens,
+                                                        tenants.names),
                                 TenantSalts(ident.kv_key if ident else None))
 
         def register(server):
             router_pb2_grpc.add_RouterServicer_to_server(service, server)
             return [router_pb2.DESCRIPTOR.services_by_name["Router"].full_name]
 
-        period = args.load_poll_interval_s
+        period = config.load_poll_interval_s
         pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
-        if args.discovery_interval_s > 0:
-            pollers += [asyncio.create_task(p.discover_loop(args.discovery_interval_s)) for p in (prefill, decode)]
+        if config.discovery_interval_s > 0:
+            pollers += [asyncio.create_task(p.discover_loop(config.discovery_interval_s)) for p in (prefill, decode)]
         try:
             await serve("router", args.port, register, args.metrics_port, args.host,
                         interceptors=[TenantAuthInterceptor(tenants)], public=True, metrics_host=args.metrics_host,
-                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)])
+                        options=[("grpc.max_concurrent_streams", config.max_streams_per_connection)])
         finally:
             for p in pollers:
                 p.cancel()
             await prefill.close()
             await decode.close()
-            if kv is not None:
-                await kv.close()
+            if kv_client is not None:
+                await kv_client.close()
 
     asyncio.run(run())

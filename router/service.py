@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from typing import NoReturn
 
 import grpc
 
@@ -19,18 +19,18 @@ from pdserve.common.convert import sampling_from_proto, sampling_to_proto
 from pdserve.common.metrics import request_id_var
 from pdserve.common.status import abort_code, abort_invalid, exhausted_status
 from pdserve.common.validation import MAX_SALT_CHARS, check_request_id
-from pdserve.engine.kv.blocks import DEFAULT_BLOCK_TOKENS, block_keys, handle_block_keys
-from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE
+from pdserve.engine.kv.blocks import block_keys
 from pdserve.engine.params import InvalidParameter, sample_params
 from pdserve.engine.text.tokenizer import GGUFTokenizer
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S, KVLease
-from pdserve.kvstore.store import MAX_WAIT_S
+from pdserve.kvstore.contract import build_handle, handle_keys, under_lease, wait_s_within
+from pdserve.kvstore.lease import KVLease
 from pdserve.router.auth import current_tenant
+from pdserve.router.config import RouterConfig
 from pdserve.router.kv_leases import request_lease, sample_lease
 from pdserve.router.metrics import INFLIGHT, REJECTED, RETRIES, record_finished, record_unfinished
 from pdserve.router.policy import PrefillPolicy
-from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, RequestValidator, TokenizerBusy
+from pdserve.router.prompt import RequestValidator, TokenizerBusy
 from pdserve.router.request_state import Inflight, RequestState, total_usage
 from pdserve.router.streams import merge
 from pdserve.router.tenancy import TenantLimitExceeded, TenantLimits, TenantSalts, internal_id
@@ -42,29 +42,11 @@ from pdserve.v1 import common_pb2, decode_pb2, prefill_pb2, router_pb2, router_p
 
 log = logging.getLogger("pdserve.router")
 MAX_ABORT_IDS = 1024
-LEASE_ATTEMPTS = 2  # a request's lease made again once when a kvstore lost it (restarted) during prefill
-
-
-@dataclass
-class RouterConfig:
-    model_name: str
-    context_length: int
-    fingerprint: str
-    block_tokens: int = DEFAULT_BLOCK_TOKENS
-    colocated: bool = False
-    max_inflight: int = 512
-    prefill_retries: int = 3
-    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-    decode_resumes: int = 3  # times one request may move to another decode worker mid-stream
-    decode_prefetch: bool = True  # a decode worker imports the KV while prefill computes it (Decode.Prefetch)
-    kv_dtype: str = DEFAULT_KV_DTYPE  # the workers' (names the blocks: the router predicts their keys)
-    max_prompt_chars: int = MAX_PROMPT_CHARS  # a cap on the limit the context already sets (router/prompt.py)
-    tokenizer_workers: int = DEFAULT_TOKENIZER_WORKERS
 
 
 class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
     def __init__(self, config: RouterConfig, tokenizer: GGUFTokenizer, prefill: WorkerPool, decode: WorkerPool,
-                 policy: PrefillPolicy, kv: KVStoreClient | None, limits: TenantLimits | None = None,
+                 policy: PrefillPolicy, kv_client: KVStoreClient | None, limits: TenantLimits | None = None,
                  salts: TenantSalts | None = None) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -73,7 +55,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         self.prefill = prefill
         self.decode = decode
         self.policy = policy
-        self.kv = kv
+        self.kv_client = kv_client
         self.inflight = 0
         # requests in flight by (tenant, the client's id), with their upstream calls (for Abort): ids are unique per
         # tenant; the workers see internal ids (tenancy.internal_id), unique everywhere
@@ -87,7 +69,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         """When a shed request should come back: about when one of the requests in flight will have finished."""
         return min(30.0, max(0.05, self.mean_e2e_s / max(1, self.inflight)))
 
-    async def _shed(self, context, reason: str, message: str) -> None:
+    async def _shed(self, context, reason: str, message: str) -> NoReturn:
         """RESOURCE_EXHAUSTED with retry advice: in the message, as RetryInfo, and as ``retry-after-ms`` metadata."""
         REJECTED.labels(reason).inc()
         after_s = self.retry_after_s()
@@ -236,9 +218,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 requests = {}
                 for i, first in enumerate(firsts):
                     if not first.finish_reason:
-                        handle = common_pb2.KVHandle()
-                        handle.CopyFrom(reply.kv)
-                        handle.lease_id = samples[i].lease.lease_id
+                        handle = under_lease(reply.kv, samples[i].lease.lease_id)
                         requests[i] = decode_pb2.DecodeRequest(request_id=request_id, prompt_ids=ids, kv=handle,
                                                                first_token=first.token_ids[0],
                                                                sampling=sample_sampling(sampling, i, n))
@@ -257,7 +237,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         attempts = 0
         while True:
             attempts += 1
-            lease = await leases.enter_async_context(await request_lease(self.kv, self.config.lease_ttl_s))
+            lease = await leases.enter_async_context(await request_lease(self.kv_client, self.config.lease_ttl_s,
+                                                                         self.prefill.retry))
             prefill_request = prefill_pb2.PrefillRequest(request_id=request_id, token_ids=ids, sampling=sampling,
                                                          lease_ttl_s=lease.ttl_s, lease_id=lease.lease_id,
                                                          cache_salt=salt)
@@ -271,7 +252,7 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             except BaseException as exc:
                 if prefetch is not None:
                     prefetch.cancel()
-                if not isinstance(exc, LeaseLost) or attempts == LEASE_ATTEMPTS:
+                if not isinstance(exc, LeaseLost) or attempts == self.prefill.retry.lease_attempts:
                     raise
                 RETRIES.labels("lease").inc()
 
@@ -281,12 +262,10 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
         prompt is computed), so that little of the hand-off is left when prefill returns; returns that worker."""
         if not self.config.decode_prefetch:
             return "", None
-        handle_keys = handle_block_keys(keys, lease.lease_id, len(ids), self.config.block_tokens)  # as prefill names them
+        c = self.config
         remaining = context.time_remaining()
-        handle = common_pb2.KVHandle(block_keys=handle_keys, token_count=len(ids), block_tokens=self.config.block_tokens,
-                                     lease_id=lease.lease_id, lease_ttl_s=lease.ttl_s,
-                                     model_fingerprint=self.config.fingerprint, kv_dtype=self.config.kv_dtype,
-                                     wait_s=min(MAX_WAIT_S, remaining if remaining is not None else MAX_WAIT_S))
+        handle = build_handle(handle_keys(keys, lease.lease_id, len(ids), c.block_tokens), len(ids), c.block_tokens,
+                              lease.lease_id, lease.ttl_s, c.fingerprint, c.kv_dtype, wait_s_within(remaining))
         return start_prefetch(self.decode, decode_pb2.PrefetchRequest(request_id=request_id, kv=handle), remaining,
                               track)
 
@@ -301,7 +280,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
                 yield i, chunk
 
         async for i, chunk in merge([one(i, r) for i, r in requests.items()]):
-            samples[i].took_decode_chunk(chunk)
+            samples[i].hand_over_lease()  # its decode worker has the KV now
+            samples[i].took_decode_timings(chunk)
             yield self._chunk(samples, i, chunk.step)
 
     def _chunk(self, samples: list[RequestState], index: int, step: common_pb2.TokenStep) -> router_pb2.GenerateChunk:

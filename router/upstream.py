@@ -5,9 +5,10 @@ decode worker that is UNAVAILABLE before it streamed anything is replaced by ano
 the kvstore). A decode worker that goes away after streaming (UNAVAILABLE: it died; CANCELLED: it stopped) raises
 :class:`StreamInterrupted`, and the service resumes the request elsewhere by recomputation. A prefill whose kvstore no
 longer knows the request's lease (it restarted, empty) raises :class:`LeaseLost`, and the service makes a new lease and
-prefills again. Every move is counted in ``pdserve_router_retries_total{phase}`` (phase prefill, lease, decode or
-resume). What a client is told of a failure names
-the role, never a worker's address (``common/redact.py``); the router's log has the rest.
+prefills again. How often, after what pauses, and how long a worker that answered UNAVAILABLE is skipped is the
+pool's retry policy (``common/retry.py``). Every move is counted in ``pdserve_router_retries_total{phase}`` (phase
+prefill, lease, decode or resume). What a client is told of a failure names the role, never a worker's address
+(``common/redact.py``); the router's log has the rest.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import grpc
 
 from pdserve.common.redact import public_message, without_addresses
 from pdserve.common.server import request_metadata
-from pdserve.kvstore.client import lease_unknown
+from pdserve.kvstore.contract import lease_unknown
 from pdserve.router.metrics import RETRIES, ROUTED
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.router.request_state import RequestState
@@ -32,10 +33,6 @@ log = logging.getLogger("pdserve.router")
 
 # A decode stream that ends with one of these after streaming means the worker went away, not that the request is bad.
 WORKER_GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-# When every worker of a pool was unavailable (e.g. one restarting while the router's channel to it is still in its
-# reconnect backoff, the other draining), the pool is tried again after a pause, this many times in all.
-UNAVAILABLE_ROUNDS = 3
-ROUND_PAUSE_S = 0.5
 
 
 class UpstreamError(Exception):
@@ -70,9 +67,9 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
     """``track`` is shown every call made, so that an Abort can cancel it (its awaiting then raises CancelledError)."""
     last_error: grpc.aio.AioRpcError | None = None
     n_tokens = len(request.token_ids)
-    for round_ in range(UNAVAILABLE_ROUNDS):
-        if round_:
-            await asyncio.sleep(ROUND_PAUSE_S * round_)
+    retry = pool.retry
+    for round_ in range(retry.rounds):
+        await retry.pause(round_)
         tried: set[str] = set()
         for attempt in range(min(attempts, len(pool.workers))):
             candidates = pool.available(exclude=tried)
@@ -93,11 +90,11 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
                 return reply
             except grpc.aio.AioRpcError as err:
                 last_error = err
-                if err.code() == grpc.StatusCode.UNAVAILABLE:
-                    worker.mark_down()
+                if retry.unavailable(err):
+                    pool.mark_down(worker)
                     log.warning("prefill worker %s unavailable; retrying elsewhere", worker.target)
                     continue
-                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # its queue is full: another's may not be
                     continue
                 if lease_unknown(err):
                     log.warning("prefill worker %s: %s", worker.target, err.details())
@@ -106,7 +103,7 @@ async def prefill_with_retries(pool: WorkerPool, policy: PrefillPolicy, request:
             finally:
                 worker.inflight -= 1
                 worker.inflight_tokens -= n_tokens
-        if last_error is None or last_error.code() != grpc.StatusCode.UNAVAILABLE:
+        if not retry.unavailable(last_error):
             break
     if last_error is not None and last_error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         raise UpstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -161,17 +158,18 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, time
     """Relay a decode stream from the worker ``prefer`` names (the one that prefetched its KV) when it is available,
     else from the one the policy picks."""
     tried: set[str] = set(exclude)
-    rounds = 1
+    retry = pool.retry
+    round_ = 0
     while True:
         candidates = pool.available(exclude=tried)
-        if not candidates and rounds < UNAVAILABLE_ROUNDS:  # every one unavailable: pause, then try them again
-            await asyncio.sleep(ROUND_PAUSE_S * rounds)
-            rounds += 1
+        if not candidates and round_ + 1 < retry.rounds:  # every one unavailable: pause, then try them again
+            round_ += 1
+            await retry.pause(round_)
             tried = set(exclude)
             candidates = pool.available(exclude=tried)
         if not candidates:
             raise UpstreamError(grpc.StatusCode.UNAVAILABLE, "decode: no decode worker could take the request")
-        if len(tried) > len(exclude) or rounds > 1:
+        if len(tried) > len(exclude) or round_:
             RETRIES.labels("decode").inc()
         preferred = [w for w in candidates if w.target == prefer]
         worker = preferred[0] if preferred else choose_decode(candidates)
@@ -187,12 +185,12 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, time
                 yield chunk
             return
         except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.UNAVAILABLE and not relayed:
-                worker.mark_down()
+            if retry.unavailable(err) and not relayed:
+                pool.mark_down(worker)
                 log.warning("decode worker %s unavailable; retrying elsewhere", worker.target)
                 continue
             if err.code() in WORKER_GONE and relayed:
-                worker.mark_down()
+                pool.mark_down(worker)
                 raise StreamInterrupted(worker.target, err) from err
             log.info("decode worker %s: %s: %s", worker.target, err.code().name, err.details())
             raise UpstreamError(err.code(), public_message("decode", err.code(), err.details())) from err

@@ -1,4 +1,5 @@
-"""The router's view of its workers: stubs, load (polled and counted locally), health, and recent failures.
+"""The router's view of its workers (each an :class:`Upstream`): stubs, load (polled and counted locally), health,
+and recent failures.
 
 A worker whose health says NOT_SERVING is draining (it got SIGTERM and finishes what it runs): it gets nothing new. One
 that does not answer is down until a health poll finds it serving again (restarted, by ``pdserve up`` or its
@@ -11,7 +12,6 @@ import asyncio
 import ipaddress
 import logging
 import socket
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,35 +19,35 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pdserve.common.retry import DEFAULT_RETRY, DownMark, RetryPolicy, live_first
 from pdserve.common.server import channel
 from pdserve.engine.kv.blocks import leading_hits
 from pdserve.v1 import common_pb2, decode_pb2_grpc, prefill_pb2_grpc
 
 log = logging.getLogger("pdserve.router")
 
-DOWN_FOR_S = 2.0  # a worker that answered UNAVAILABLE is skipped this long
 DRAIN_S = 60.0  # a worker whose address left DNS keeps its channel this long for calls in flight
 
 
 @dataclass
-class Worker:
+class Upstream:
+    """The router's view of one worker it calls (a prefill or decode process at one address): its stub and channel,
+    its last polled load, the requests this router has sent it, and whether it is skipped for now."""
+
     target: str
     stub: object
     channel: grpc.aio.Channel
     load: common_pb2.WorkerLoad = field(default_factory=common_pb2.WorkerLoad)
     inflight: int = 0  # requests this router has sent and not finished
     inflight_tokens: int = 0  # prompt tokens of those requests (prefill)
-    down_until: float = 0.0
+    down: DownMark = field(default_factory=DownMark)  # answered UNAVAILABLE lately (common/retry.py)
     draining: bool = False  # its health said NOT_SERVING at the last poll
     # approximate record of the block keys this worker computed or reused recently (cache_aware routing)
     recent_keys: OrderedDict = field(default_factory=OrderedDict)
 
     @property
     def available(self) -> bool:
-        return time.monotonic() >= self.down_until and not self.draining
-
-    def mark_down(self) -> None:
-        self.down_until = time.monotonic() + DOWN_FOR_S
+        return not self.down.down and not self.draining
 
     def remember(self, keys: list[str], limit: int = 100_000) -> None:
         for key in keys:
@@ -97,12 +97,15 @@ class WorkerPool:
     replicas that come and go are picked up without a restart. A failed lookup keeps the name's previous workers."""
 
     def __init__(self, targets: list[str], stub_class, resolver: Resolver = system_resolver,
-                 role: str = "prefill") -> None:
-        """``role``: what the workers are (their certificates must say so)."""
+                 identity_role: str = "prefill", retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        """``identity_role``: the mTLS role the workers' certificates must name (``common/identity.py``; not a
+        scheduler role); ``retry``: how calls to them are retried, and how long one that answered UNAVAILABLE is
+        skipped."""
         self.stub_class = stub_class
-        self.role = role
+        self.retry = retry
+        self.identity_role = identity_role
         self.resolver = resolver
-        self.workers: list[Worker] = []
+        self.workers: list[Upstream] = []
         self.names: list[tuple[str, int]] = []
         self.fixed: list[str] = []
         self._resolved: dict[tuple[str, int], list[str]] = {}
@@ -114,9 +117,9 @@ class WorkerPool:
                 self.fixed.append(t)
                 self.workers.append(self._new_worker(t))
 
-    def _new_worker(self, target: str) -> Worker:
-        ch = channel(target, self.role)
-        return Worker(target, self.stub_class(ch), ch)
+    def _new_worker(self, target: str) -> Upstream:
+        ch = channel(target, self.identity_role)
+        return Upstream(target, self.stub_class(ch), ch)
 
     async def refresh(self) -> None:
         """Resolve every name again; add workers for new addresses, drop (and later close) those gone."""
@@ -144,28 +147,29 @@ class WorkerPool:
             await asyncio.sleep(period_s)
             await self.refresh()
 
-    def available(self, exclude: set[str] = frozenset()) -> list[Worker]:
-        live = [w for w in self.workers if w.target not in exclude and w.available]
-        return live or [w for w in self.workers if w.target not in exclude]
+    def available(self, exclude: set[str] = frozenset()) -> list[Upstream]:
+        return live_first((w for w in self.workers if w.target not in exclude), lambda w: w.available)
+
+    def mark_down(self, worker: Upstream) -> None:
+        """The worker answered UNAVAILABLE: skipped for the retry policy's while."""
+        self.retry.mark_down(worker.down)
 
     async def poll_loads(self, period_s: float = 0.25) -> None:
         while True:
             await asyncio.gather(*(self._poll(w) for w in self.workers))
             await asyncio.sleep(period_s)
 
-    @staticmethod
-    async def _poll(worker: Worker) -> None:
+    async def _poll(self, worker: Upstream) -> None:
         try:
             health = await health_pb2_grpc.HealthStub(worker.channel).Check(health_pb2.HealthCheckRequest(),
                                                                             timeout=1.0)
             worker.draining = health.status != health_pb2.HealthCheckResponse.SERVING
             worker.load = await worker.stub.GetLoad(common_pb2.LoadRequest(), timeout=1.0)
         except grpc.aio.AioRpcError:
-            worker.mark_down()
+            self.mark_down(worker)
             return
-        if worker.down_until and not worker.draining:  # back (e.g. restarted by pdserve up): route to it again now
+        if not worker.draining and worker.down.clear():  # back (e.g. restarted by pdserve up): route to it again now
             log.info("worker %s is serving again", worker.target)
-            worker.down_until = 0.0
 
     async def close(self) -> None:
         await asyncio.gather(*(w.channel.close() for w in self.workers))

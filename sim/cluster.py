@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.kv.budget import KVBudgetExceeded
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.router.policy import PrefillPolicy, choose_decode
@@ -42,7 +42,7 @@ class Pool:
     """``count`` instances of one deployment in one role; ``overrides``: the scheduler flags set over the software's
     profile."""
 
-    role: Role
+    role: SchedulerRole
     deployment: Deployment
     count: int
     overrides: SchedulerOverrides = field(default_factory=SchedulerOverrides)
@@ -66,7 +66,7 @@ class ClusterSpec:
         return sum(p.deployment.gpus * p.count for p in self.pools)
 
     def describe(self) -> str:
-        return " + ".join(f"{p.count} {'colocated' if p.role is Role.BOTH else p.role.value} x "
+        return " + ".join(f"{p.count} {'colocated' if p.role is SchedulerRole.BOTH else p.role.value} x "
                           f"({p.deployment.gpus}x{p.deployment.hardware} "
                           f"{'DP-attn' if p.deployment.dp_attention else 'TP' + str(p.deployment.tp)} EP{p.deployment.ep})"
                           for p in self.pools if p.count)
@@ -95,26 +95,26 @@ class Cluster:
         for pool in spec.pools:
             if not pool.count:
                 continue
-            kv_blocks = spec.kv_blocks if pool.role is not Role.PREFILL else None
+            kv_blocks = spec.kv_blocks if pool.role is not SchedulerRole.PREFILL else None
             scheduling = modeled_scheduling(pool.deployment, pool.role, pool.overrides, kv_blocks, spec.block_tokens)
             d = scheduling.deployment
             key = (d.model, d.hardware, d.gpus, d.tp, d.ep, d.dp_attention, d.software, d.kv_precision,
                    d.gpus_per_node, d.two_batch_overlap)
             timer = timers.setdefault(key, StepTimer(d.timing()))
-            if pool.role is Role.PREFILL:
+            if pool.role is SchedulerRole.PREFILL:
                 prefill_kv += d.memory().max_kv_tokens * pool.count
             for _ in range(pool.count):
                 if gpu_offset % d.gpus_per_node + d.gpus > d.gpus_per_node and gpu_offset % d.gpus_per_node:
                     gpu_offset += d.gpus_per_node - gpu_offset % d.gpus_per_node  # a multi-node instance starts a node
-                group = self.prefills if pool.role is Role.PREFILL else self.decodes
-                name = f"{pool.role.value[0]}{len(group)}" if pool.role is not Role.BOTH else f"c{len(group)}"
+                group = self.prefills if pool.role is SchedulerRole.PREFILL else self.decodes
+                name = f"{pool.role.value[0]}{len(group)}" if pool.role is not SchedulerRole.BOTH else f"c{len(group)}"
                 group.append(Instance(name, pool.role, scheduling, gpu_offset // d.gpus_per_node, timer))
                 gpu_offset += d.gpus
         if not self.decodes:
             raise ValueError("decode: the cluster needs at least one decode or colocated instance")
-        if any(i.role is Role.BOTH for i in self.decodes) and self.prefills:
+        if any(i.role is SchedulerRole.BOTH for i in self.decodes) and self.prefills:
             raise ValueError("colocated: a cluster is either colocated or prefill + decode, not both")
-        if any(i.role is Role.DECODE for i in self.decodes) and not self.prefills:
+        if any(i.role is SchedulerRole.DECODE for i in self.decodes) and not self.prefills:
             raise ValueError("prefill: decode instances need at least one prefill instance")
         self.policy = PrefillPolicy(spec.policy, spec.block_tokens)
         cache_tokens = prefill_kv if spec.prefix_cache_tokens is None else spec.prefix_cache_tokens
@@ -182,7 +182,7 @@ class Cluster:
             self._admit(inst, seq)
 
     def _admit(self, inst: Instance, seq: SimSequence) -> None:
-        inst.inflight += inst.role is not Role.PREFILL  # prefill counted it at routing
+        inst.inflight += inst.role is not SchedulerRole.PREFILL  # prefill counted it at routing
         try:
             inst.scheduler.add(seq)
         except KVBudgetExceeded as exc:
@@ -220,7 +220,7 @@ class Cluster:
     def _step_done(self, inst: Instance, step) -> None:
         now = self.clock.now
         for seq, result in inst.end_step(step, now):
-            if inst.role is Role.PREFILL:
+            if inst.role is SchedulerRole.PREFILL:
                 self._prefilled(inst, seq)
             elif result.finished:
                 inst.inflight -= 1

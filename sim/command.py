@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
 from pdserve.sim.explain import explain_requests, format_explain, scheduling_lines
@@ -23,13 +23,13 @@ def cluster_spec(a: argparse.Namespace) -> ClusterSpec:
     base = parse_deployment(a.deployment)
     overrides = SchedulerOverrides.from_args(a)
     if a.colocated:
-        pools = [Pool(Role.BOTH, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.colocated,
+        pools = [Pool(SchedulerRole.BOTH, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.colocated,
                       overrides)]
     else:
         prefill = replace(overrides, max_num_seqs=a.prefill_max_num_seqs or overrides.max_num_seqs)
-        pools = [Pool(Role.PREFILL, parse_deployment(a.prefill_deployment, base, "prefill_deployment"), a.prefill,
+        pools = [Pool(SchedulerRole.PREFILL, parse_deployment(a.prefill_deployment, base, "prefill_deployment"), a.prefill,
                       prefill),
-                 Pool(Role.DECODE, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.decode,
+                 Pool(SchedulerRole.DECODE, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.decode,
                       overrides)]
     return ClusterSpec(pools, a.policy, prefix_cache_tokens=a.prefix_cache_tokens, kv_blocks=a.kv_blocks,
                        frontend=not a.no_frontend_overhead)

@@ -14,8 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from pdserve.common.scheduling import ModeledScheduling
-from pdserve.engine.sched.scheduler import Role, Step, StepOutput
-from pdserve.router.workers import Worker as RouterWorker
+from pdserve.engine.sched.scheduler import SchedulerRole, Step, StepOutput
+from pdserve.router.workers import Upstream
 from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
 from pdserve.sim.steptime import StepTimer
 from pdserve.v1 import common_pb2
@@ -36,12 +36,12 @@ class InstanceStats:
 
 
 class Instance:
-    remember = RouterWorker.remember  # the router's bookkeeping of recently computed prefix blocks (cache_aware)
-    matched_blocks = RouterWorker.matched_blocks
+    remember = Upstream.remember  # the router's bookkeeping of recently computed prefix blocks (cache_aware)
+    matched_blocks = Upstream.matched_blocks
 
-    def __init__(self, name: str, role: Role, scheduling: ModeledScheduling, node: int, timer: StepTimer) -> None:
+    def __init__(self, name: str, role: SchedulerRole, scheduling: ModeledScheduling, node: int, timer: StepTimer) -> None:
         self.name = name
-        self.role = Role(role)
+        self.role = SchedulerRole(role)
         self.scheduling = scheduling
         self.deployment = scheduling.deployment
         self.node = node  # first node this instance occupies

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
@@ -60,10 +60,10 @@ class Candidate:
 
     def spec(self, overrides: SchedulerOverrides) -> ClusterSpec:
         if self.colocated:
-            pools = [Pool(Role.BOTH, self.deployment, self.n_decode, overrides)]
+            pools = [Pool(SchedulerRole.BOTH, self.deployment, self.n_decode, overrides)]
         else:
-            pools = [Pool(Role.PREFILL, self.deployment, self.n_prefill, overrides),
-                     Pool(Role.DECODE, self.deployment, self.n_decode, overrides)]
+            pools = [Pool(SchedulerRole.PREFILL, self.deployment, self.n_prefill, overrides),
+                     Pool(SchedulerRole.DECODE, self.deployment, self.n_decode, overrides)]
         return ClusterSpec(pools)
 
 
@@ -125,7 +125,7 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
                            dp_attention=dp, gpus_per_node=gpus_per_node)
             try:
                 check_deployment(d)
-                modeled_scheduling(d, Role.DECODE, overrides)
+                modeled_scheduling(d, SchedulerRole.DECODE, overrides)
             except ValueError:
                 continue
             found += 1
@@ -143,7 +143,7 @@ def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO,
     """Roofline requests per second of a candidate: prefill instances x 1 / (prefill of a mean prompt), decode
     instances x the largest batch within the TPOT SLO / (its step x mean output); colocated shares the time."""
     t = c.deployment.timing()
-    scheduling = modeled_scheduling(c.deployment, Role.DECODE, overrides)
+    scheduling = modeled_scheduling(c.deployment, SchedulerRole.DECODE, overrides)
     max_num_seqs = scheduling.config.max_num_seqs * scheduling.ranks
     prefill_rate = 1.0 / t.prefill_time([max(1, int(mean_in))]).seconds
     ctx = int(mean_in + mean_out / 2)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import summary
@@ -160,7 +160,7 @@ def replay(row: dict) -> Replay:
     deployment = parse_deployment(row["deployment"])
     overrides = SchedulerOverrides.parse(row["scheduler"])
     requests, offsets, concurrency, rate = workload(row["workload"])
-    cluster = Cluster(ClusterSpec([Pool(Role.BOTH, deployment, 1, overrides)]))
+    cluster = Cluster(ClusterSpec([Pool(SchedulerRole.BOTH, deployment, 1, overrides)]))
     result = cluster.run(requests, offsets, concurrency)
     s = summary(result, concurrency, rate=rate)
     out.setup = cluster.decodes[0].scheduling.describe()

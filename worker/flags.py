@@ -1,5 +1,6 @@
-"""Flags and start-up shared by the prefill and decode workers: ``worker_parser`` / ``build_worker`` /
-``run_worker`` make each worker's ``main()`` a few lines."""
+"""Flags and start-up shared by the prefill and decode workers: ``worker_parser`` / ``worker_config`` /
+``build_worker`` / ``run_worker`` make each worker's ``main()`` a few lines. The flags become a
+:class:`~pdserve.worker.config.WorkerConfig` once; nothing after ``worker_config`` reads them."""
 
 from __future__ import annotations
 
@@ -9,18 +10,17 @@ from collections.abc import Callable, Iterable
 
 import grpc
 
-from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
+from pdserve.common.config import FlagParser, add_model_flags, service_parser
 from pdserve.common.metrics import set_process_info
-from pdserve.common.scheduling import ModeledScheduling, modeled_scheduling
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
-from pdserve.engine.model.synthetic import SYNTHETIC_NAME
 from pdserve.engine.runtime import Runtime, default_served_name
-from pdserve.engine.sched.flags import SchedulerOverrides, add_scheduler_args
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.flags import add_scheduler_args
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.kvstore.client import KVStoreClient
-from pdserve.perfmodel.deployment import add_deployment_flag, check_deployment, deployment_from_args
-from pdserve.worker.clock import KV_LINKS, PACE_MODES, StepClock
+from pdserve.perfmodel.deployment import add_deployment_flag
+from pdserve.worker.clock import KV_LINKS, PACE_MODES
+from pdserve.worker.config import WorkerConfig
 from pdserve.worker.metrics import TOKEN_BUDGET
 from pdserve.worker.worker import DEFAULT_COMPUTE_CHUNK_TOKENS, DEFAULT_STEP_NICE, Worker
 
@@ -34,13 +34,6 @@ def add_clock_flags(parser) -> None:
     parser.add_argument("--pace", default="off", choices=PACE_MODES,
                         help="realtime: each step lasts at least its modeled time x time-scale")
     parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per modeled second when pacing")
-
-
-def clock_from_args(args) -> StepClock:
-    """The worker's clock for the deployment its flags describe; ValueError (naming the field) if it cannot run."""
-    deployment = deployment_from_args(args)
-    check_deployment(deployment)
-    return StepClock(deployment.timing(), args.pace, args.time_scale)
 
 
 def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
@@ -66,55 +59,49 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
     return parser
 
 
-def worker_scheduling(args, role: Role, kv_blocks: int | None = None,
-                      kv_budget: bool | None = None) -> ModeledScheduling:
-    """The scheduler a worker runs: its modeled deployment's software profile (one scheduler per attention rank under
-    DP attention), the scheduler flags over it. A worker computing with the real model on this machine keeps
-    CPU-sized limits (64 sequences, 2,048 tokens a step) unless the flags say otherwise; the synthetic backend, which
-    emulates the modeled cluster, takes the modeled engine's. ``kv_blocks`` None: the modeled KV capacity."""
-    return modeled_scheduling(deployment_from_args(args), role, SchedulerOverrides.from_args(args), kv_blocks,
-                              args.block_tokens, local=str(args.model) != SYNTHETIC_NAME, kv_budget=kv_budget)
-
-
-def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: int | None = None,
-                 kv_budget: bool | None = None) -> Worker:
-    """Load the model and put the scheduler, the clock and the loop together. A modeled deployment (or a scheduler
-    flag) that cannot run stops the process with a message naming the field."""
+def worker_config(args, scheduler_role: SchedulerRole, identity_role: str) -> WorkerConfig:
+    """Set up logging and the process's identity (its certificate must name ``identity_role``, an mTLS role of
+    ``common/identity.py``), then build the worker's settings from its flags once. A modeled deployment (or a
+    scheduler flag) that cannot run stops the process with a message naming the field."""
     setup_logging(args.log_level)
-    configure_from_args(args, role.value, needs_kv_key=True)
+    configure_from_args(args, identity_role, needs_kv_key=True)
     try:
-        clock = clock_from_args(args)
-        scheduling = worker_scheduling(args, role, kv_blocks, kv_budget)
+        return WorkerConfig.from_args(args, scheduler_role)
+    except ValueError as exc:
+        raise SystemExit(f"modeled deployment: {exc}") from None
+
+
+def build_worker(config: WorkerConfig, kv_blocks: int | None = None, slab_tokens: int | None = None,
+                 kv_budget: bool | None = None) -> Worker:
+    """Load the model and put the scheduler, the clock and the loop together."""
+    try:
+        scheduling = config.scheduling(kv_blocks, kv_budget)
     except ValueError as exc:
         raise SystemExit(f"modeled deployment: {exc}") from None
     seqs = scheduling.config.max_num_seqs * scheduling.ranks
     extra = {"slab_seqs": min(seqs, MAX_SLAB_SEQS)} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
     try:
-        runtime = Runtime.load(args.model, args.block_tokens, kv_dtype=args.kv_dtype, **extra)
+        runtime = Runtime.load(config.model, config.block_tokens, kv_dtype=config.kv_dtype, **extra)
     except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
         raise SystemExit(f"--kv-dtype: {exc}") from None
-    if args.compute_chunk_tokens < 1:
-        raise SystemExit(f"--compute-chunk-tokens: {args.compute_chunk_tokens} must be >= 1")
     TOKEN_BUDGET.labels("step").set(scheduling.config.max_num_batched_tokens)
-    TOKEN_BUDGET.labels("forward").set(args.compute_chunk_tokens)
-    return Worker(runtime, scheduling.build(runtime.free), clock, args.max_queue, default_served_name(args.model),
-                  args.model_step_nice, args.compute_chunk_tokens)
+    TOKEN_BUDGET.labels("forward").set(config.compute_chunk_tokens)
+    return Worker(runtime, scheduling.build(runtime.free), config.clock(), config.max_queue,
+                  default_served_name(config.model), config.model_step_nice, config.compute_chunk_tokens)
 
 
-async def run_worker(name: str, args, worker: Worker,
+async def run_worker(name: str, config: WorkerConfig, worker: Worker,
                      register: Callable[[grpc.aio.Server, KVStoreClient | None], Iterable[str]]) -> None:
     """Serve a worker until SIGTERM: its loop runs beside the gRPC server; the kvstore client closes at the end."""
-    targets = split_targets(args.kvstore)
-    kv = KVStoreClient(targets, shm=args.kv_shm) if targets else None
-    config = worker.runtime.config
-    set_process_info(name, args, worker.served_name, config.fingerprint)
+    kv_client = KVStoreClient(list(config.kvstore), shm=config.kv_shm) if config.kvstore else None
+    set_process_info(name, worker.served_name, worker.runtime.config.fingerprint, config)
     loop_task = asyncio.create_task(worker.run(), name=f"{name}-steps")
     try:
-        await serve(name, args.port, lambda server: register(server, kv), args.metrics_port, args.host,
-                    on_stop=lambda: worker.drain(args.drain_timeout_s), metrics_host=args.metrics_host)
+        await serve(name, config.port, lambda server: register(server, kv_client), config.metrics_port, config.host,
+                    on_stop=lambda: worker.drain(config.drain_timeout_s), metrics_host=config.metrics_host)
     finally:
         loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loop_task
-        if kv is not None:
-            await kv.close()
+        if kv_client is not None:
+            await kv_client.close()

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pdserve.engine.runtime import Runtime
-from pdserve.engine.sched.scheduler import Role, Scheduler, Step, StepOutput
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerRole, Step, StepOutput
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.v1 import common_pb2
@@ -317,5 +317,5 @@ class Worker:
         if job.last_token_at is not None:
             ITL.observe(now - job.last_token_at, now_modeled - job.last_token_modeled_s, self.served_name)
         job.last_token_at, job.last_token_modeled_s = now, now_modeled
-        if result.finished or self.scheduler.config.role is Role.PREFILL:
+        if result.finished or self.scheduler.config.role is SchedulerRole.PREFILL:
             del self._jobs[id(seq)]

@@ -28,7 +28,7 @@ from pdserve.bench.faults.chaos_load import COLUMNS, Row, Workload, fault_free, 
 from pdserve.bench.faults.chaos_up import attach, kill_under_up, restarts, supervising
 from pdserve.common.readiness import wait_for
 from pdserve.common.scrape import total
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.launcher.state import AttachedStack
 from pdserve.v1 import common_pb2, decode_pb2_grpc

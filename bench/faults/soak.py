@@ -37,7 +37,7 @@ from pdserve.bench.faults.chaos import HANDLED, format_table, held, rss_mb, wait
 from pdserve.bench.faults.chaos_load import Row, fault_free, make_workload, steady_load
 from pdserve.bench.faults.chaos_up import RESTART_WAIT_S
 from pdserve.common.scrape import total
-from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
+from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S
 from pdserve.launcher.state import AttachedStack
 
 WORKERS = ("prefill_server", "decode_server")

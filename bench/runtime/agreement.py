@@ -15,7 +15,7 @@ import itertools
 
 from pdserve.bench.serve.command import run_grpc
 from pdserve.common.scrape import total
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
@@ -37,7 +37,8 @@ def simulated(requests, rate: float, max_concurrency: int | None, seed: int) -> 
     """The emulator has no modeled front end (its requests reach the workers' schedulers directly), so neither has
     the simulator here."""
     offsets = list(itertools.islice(arrival_stream(rate, 1.0, seed), len(requests)))
-    spec = ClusterSpec([Pool(Role.PREFILL, Deployment(), 1), Pool(Role.DECODE, Deployment(), 1)], frontend=False)
+    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, Deployment(), 1), Pool(SchedulerRole.DECODE, Deployment(), 1)],
+                       frontend=False)
     result = Cluster(spec).run([SimRequest(r.token_ids, r.output_len) for r in requests], offsets, max_concurrency)
     return summary(result, max_concurrency, rate=rate, seed=seed)
 

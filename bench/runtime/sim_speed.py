@@ -10,7 +10,7 @@ import argparse
 import itertools
 import time
 
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import format_speed, summary
@@ -28,7 +28,7 @@ def speed_run(num_prompts: int = 10_000, nodes: int = 16, prefill: int = 6, rate
     offsets = list(itertools.islice(arrival_stream(rate, 1.0, seed), num_prompts))
     made = time.perf_counter() - made
     d = Deployment()
-    spec = ClusterSpec([Pool(Role.PREFILL, d, prefill), Pool(Role.DECODE, d, nodes - prefill)])
+    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, d, prefill), Pool(SchedulerRole.DECODE, d, nodes - prefill)])
     result = Cluster(spec).run(requests, offsets)
     return summary(result), (result, made)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields, replace
 
 from pdserve.engine.sched.policy import DISPATCHES, PREEMPTIONS
 from pdserve.engine.sched.profiles import HardwareFacts, Limits, SchedulingProfile
-from pdserve.engine.sched.scheduler import Role, SchedulerConfig
+from pdserve.engine.sched.scheduler import SchedulerConfig, SchedulerRole
 
 COMPOSITIONS = ("mixed", "separate")
 
@@ -84,7 +84,7 @@ LOCAL_LIMITS = (64, 2048)  # (sequences, tokens per step) of a worker that compu
 
 
 def scheduler_config(profile: SchedulingProfile, limits: Limits, hw: HardwareFacts, o: SchedulerOverrides,
-                     role: Role, kv_tokens: int, kv_blocks: int | None, block_tokens: int,
+                     role: SchedulerRole, kv_tokens: int, kv_blocks: int | None, block_tokens: int,
                      local: bool = False) -> SchedulerConfig:
     """One scheduler's (one attention rank's) configuration: the profile's limits and policy for the hardware, the
     user's overrides on top. ``kv_tokens``: the rank's modeled KV capacity (SGLang derives its running-request limit

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig, Step, StepOutput
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole, Step, StepOutput
 from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import FinishReason, StepResult
 
@@ -102,6 +102,6 @@ class AttentionRanks:
             p, d = p + len(part.prefills), d + len(part.decodes)
             events += rank.postprocess(part, share)
         for seq, result in events:
-            if result.finished or self.config.role is Role.PREFILL:
+            if result.finished or self.config.role is SchedulerRole.PREFILL:
                 self._where.pop(id(seq), None)
         return events

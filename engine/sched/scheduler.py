@@ -34,7 +34,7 @@ from pdserve.engine.text.stop import FinishReason, StepResult
 log = logging.getLogger("pdserve.scheduler")
 
 
-class Role(str, Enum):
+class SchedulerRole(str, Enum):
     PREFILL = "prefill"
     DECODE = "decode"
     BOTH = "both"
@@ -42,7 +42,7 @@ class Role(str, Enum):
 
 @dataclass
 class SchedulerConfig:
-    role: Role = Role.BOTH
+    role: SchedulerRole = SchedulerRole.BOTH
     max_num_seqs: int = 64  # running sequences at most (SGLang's max_running_requests)
     max_num_batched_tokens: int = 2048  # tokens in one step (SGLang's chunked_prefill_size); longer prompts chunk
     kv_blocks: int | None = None  # KV budget in blocks; None: unbounded
@@ -51,7 +51,7 @@ class SchedulerConfig:
     policy: StepPolicy = field(default_factory=StepPolicy)
 
     def __post_init__(self) -> None:
-        self.role = Role(self.role)
+        self.role = SchedulerRole(self.role)
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
@@ -132,7 +132,7 @@ class Scheduler:
         if not self.has_work():
             self.new_token_ratio = self.policy.new_token_ratio  # idle: admission starts from the initial estimate
             return Step()
-        if self.config.role is Role.PREFILL:
+        if self.config.role is SchedulerRole.PREFILL:
             return Step(prefills=self._admit(self.config.max_num_batched_tokens))
         if self.policy.mixed:  # running requests first, one token each; prompt chunks fill the rest of the budget
             self._admit(0)  # those whose KV is complete (imported) join the running batch
@@ -155,7 +155,7 @@ class Scheduler:
             self.waiting.remove(seq)
             if result is not None:
                 events.append((seq, result))
-            if self.config.role is Role.PREFILL:
+            if self.config.role is SchedulerRole.PREFILL:
                 continue  # done here: the caller takes the sequence and its KV
             if seq.finished:
                 self._free(seq)

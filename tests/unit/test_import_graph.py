@@ -94,6 +94,14 @@ def test_common_imports_no_service():
     assert GRAPH["common"] <= {"engine", "perfmodel"}
 
 
+def test_only_commons_scheduling_needs_the_performance_model():
+    """common/ resolves a modeled deployment into a scheduler (scheduling.py); nothing else of it needs perfmodel
+    (the process-info labels come from the worker's config)."""
+    users = {p.name for p in FOLDERS["common"].rglob("*.py")
+             if any(n.startswith("pdserve.perfmodel") for n in _module_imports(p))}
+    assert users == {"scheduling.py"}
+
+
 def test_services_do_not_import_each_other():
     services = {"router", "prefill_server", "decode_server", "openai_server"}
     for service in services:
@@ -178,3 +186,19 @@ def test_engine_layer_check_sees_a_violation(tmp_path, monkeypatch):
 def test_at_most_eight_modules_at_the_top(package):
     top = sorted(p.name for p in FOLDERS[package].glob("*.py"))
     assert len(top) <= 8, top
+
+
+def test_services_reach_the_kvstore_through_its_contract_not_its_store():
+    """The KV hand-off's rules and constants have one owner (kvstore/contract.py); the store is the kvstore's own."""
+    for service in ("router", "prefill_server", "decode_server", "worker", "openai_server"):
+        for path in FOLDERS[service].rglob("*.py"):
+            assert "pdserve.kvstore.store" not in _module_imports(path), path
+
+
+def test_only_the_kvstores_fault_service_imports_the_test_protos():
+    """The test-only fault call lives beside the test protos (tests/kv_faults.py), not in a production client."""
+    allowed = {FOLDERS["kvstore"] / "faults.py", FOLDERS["kvstore"] / "main.py"}
+    for folder in FOLDERS.values():
+        for path in folder.rglob("*.py"):
+            if path not in allowed:
+                assert not any(n.startswith("pdserve.testing") for n in _module_imports(path)), path

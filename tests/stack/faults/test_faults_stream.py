@@ -18,6 +18,7 @@ from pdserve.common.scrape import total
 from pdserve.engine.params import SamplingParams
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
 from tests.helpers import decode_load, kv_leases, prefill_directly, reference, start_stack, wait_until
+from tests.kv_faults import corrupt
 
 SLOW_DECODE = ["--pace", "realtime", "--time-scale", "8"]  # >= ~200 ms per decode step
 PROMPT = list(range(3, 40))
@@ -235,7 +236,7 @@ def test_decode_recomputes_when_the_kv_cannot_be_fetched(tiny_model_path, tiny_r
 async def _corrupt(stack, key: str) -> None:
     kv = stack.kv_client("test")
     try:
-        await kv.corrupt(key)
+        await corrupt(kv, key)
     finally:
         await kv.close()
 

@@ -15,6 +15,7 @@ from pdserve.kvstore.client import BlockData, KVIntegrityError, KVStoreClient
 from pdserve.kvstore.mac import BlockMAC
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 from tests.helpers import reference, router_lease, start_stack
+from tests.kv_faults import corrupt
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs Linux memfd_create and SCM_RIGHTS")
 
@@ -51,7 +52,7 @@ def test_blocks_move_through_shared_memory_and_are_checked(shm_stack):
             assert await _shm_bytes(admin) - before == 2 * (len(data) + 4)  # both ways, nothing through the socket
             assert kv.shm == [True] and shm_names() == names_before  # anonymous memory: no file anyone can open
             # a block corrupted in the store is still caught, and never served
-            await admin.corrupt("shm-a")
+            await corrupt(admin, "shm-a")
             with pytest.raises(KVIntegrityError):
                 await kv.get(["shm-a"], lease_id=lease)
         finally:

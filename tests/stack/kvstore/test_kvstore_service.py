@@ -9,6 +9,7 @@ import pytest
 
 from pdserve.kvstore.client import BlockData, KVIntegrityError
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+from tests.kv_faults import corrupt
 from tests.stack.kvstore.kv_roles import Roles, block, put_released, run, used, wait_for_async
 
 
@@ -35,7 +36,7 @@ def test_service_eviction_leases_and_corruption(small_kvstores):
             [stats] = await kv.test.stats()
             assert stats.evictions == 1 and stats.leased_blocks == 1 and stats.bytes_used <= stats.capacity_bytes
             # a corrupted block is detected and never served
-            await kv.test.corrupt("blk002")
+            await corrupt(kv.test, "blk002")
             reader = await kv.lease("lease-c")
             assert await kv.prefill.acquire(["blk002"], reader, 60) == 1
             with pytest.raises(KVIntegrityError):

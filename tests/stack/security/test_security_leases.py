@@ -10,7 +10,7 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.kvstore.client import BlockData
-from pdserve.kvstore.store import MAX_LEASE_TTL_S
+from pdserve.kvstore.contract import MAX_LEASE_TTL_S
 from tests.helpers import kv_leases, start_stack
 
 MAX_LEASES = 3

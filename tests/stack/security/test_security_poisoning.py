@@ -15,6 +15,7 @@ from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.mac import BlockMAC
 from pdserve.router.tenancy import TenantSalts
 from tests.helpers import router_lease
+from tests.kv_faults import corrupt
 from tests.stack.conftest import TENANTS
 
 SYSTEM = list(range(3, 35))  # two full blocks every request of the victim starts with
@@ -99,7 +100,7 @@ def test_a_block_altered_in_the_store_is_dropped_not_served(tenant_stack):
     async def alter():
         kv = stack.kv_client("test")
         try:
-            await kv.corrupt(keys[0], keep_checksum_valid=True)  # an attacker rewriting bytes and CRC32 together
+            await corrupt(kv, keys[0], keep_checksum_valid=True)  # an attacker rewriting bytes and CRC32 together
         finally:
             await kv.close()
     asyncio.run(alter())

@@ -96,14 +96,14 @@ def test_a_worker_refuses_a_modeled_deployment_that_cannot_run():
 
 def test_decode_takes_its_kv_budget_from_the_modeled_deployment():
     from pdserve.common.scheduling import modeled_scheduling
-    from pdserve.engine.sched.scheduler import Role
+    from pdserve.engine.sched.scheduler import SchedulerRole
     from pdserve.perfmodel.deployment import Deployment, kv_capacity_tokens
     from tests.helpers import decode_load
 
     stack = start_stack(model="synthetic", extra={"decode": ["--kv-budget", "modeled"]})
     try:
         load = decode_load(stack, stack.decodes[0])
-        modeled = modeled_scheduling(Deployment(), Role.DECODE).deployment  # with its software's memory fraction
+        modeled = modeled_scheduling(Deployment(), SchedulerRole.DECODE).deployment  # with its software's memory fraction
         assert load.kv_blocks_total == kv_capacity_tokens(modeled) // 16
         with PdserveClient(stack.router_target) as c:
             assert c.complete("Hello", max_tokens=3, temperature=0, ignore_eos=True).usage.completion_tokens == 3

@@ -8,8 +8,8 @@ import zlib
 
 import pytest
 
-from pdserve.kvstore.client import rendezvous_shard
 from pdserve.kvstore.mac import BlockMAC
+from pdserve.kvstore.placement import rendezvous_shard
 from pdserve.kvstore.store import (
     LEASE_ENTRY_BYTES,
     LEASE_OVERHEAD_BYTES,

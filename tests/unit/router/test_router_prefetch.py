@@ -8,7 +8,7 @@ import logging
 import grpc
 
 from pdserve.router.upstream import start_prefetch
-from pdserve.router.workers import Worker
+from pdserve.router.workers import Upstream
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
 
 
@@ -20,10 +20,10 @@ class Prefetcher(decode_pb2_grpc.DecodeServicer):
 
 
 class OnePool:
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Upstream) -> None:
         self.worker = worker
 
-    def available(self, exclude=frozenset()) -> list[Worker]:
+    def available(self, exclude=frozenset()) -> list[Upstream]:
         return [self.worker]
 
 
@@ -37,7 +37,7 @@ def test_a_prefetch_keeps_its_outcome_and_a_failed_one_is_logged(caplog):
         asyncio.get_running_loop().set_exception_handler(lambda _, ctx: loop_errors.append(ctx))
         target = f"127.0.0.1:{port}"
         async with grpc.aio.insecure_channel(target) as channel:
-            pool = OnePool(Worker(target, decode_pb2_grpc.DecodeStub(channel), channel))
+            pool = OnePool(Upstream(target, decode_pb2_grpc.DecodeStub(channel), channel))
             outcomes = []
             for request_id in ("taken", "refused"):
                 chosen, call = start_prefetch(pool, decode_pb2.PrefetchRequest(request_id=request_id), timeout=10)

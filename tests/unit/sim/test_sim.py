@@ -10,7 +10,7 @@ import pytest
 
 from pdserve.cli.main import main as cli_main
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role, Scheduler
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
@@ -20,7 +20,7 @@ D = Deployment()
 
 
 def pd_spec(n_p: int = 1, n_d: int = 1, **kw) -> ClusterSpec:
-    return ClusterSpec([Pool(Role.PREFILL, D, n_p), Pool(Role.DECODE, D, n_d)], **kw)
+    return ClusterSpec([Pool(SchedulerRole.PREFILL, D, n_p), Pool(SchedulerRole.DECODE, D, n_d)], **kw)
 
 
 def test_affine_decode_law_matches_the_timing_model():
@@ -54,14 +54,14 @@ def test_lone_request_times_are_the_modeled_steps():
 
 def test_smaller_instances_share_a_node_and_use_nvlink():
     half = Deployment(model="llama-3-70b", gpus=4, tp=4, ep=1, hardware="H200")
-    spec = ClusterSpec([Pool(Role.PREFILL, half, 1), Pool(Role.DECODE, half, 1)])
+    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, half, 1), Pool(SchedulerRole.DECODE, half, 1)])
     result = Cluster(spec).run([SimRequest(list(range(100, 600)), 3)], [0.0])
     assert result.sequences[0].transfer_s == pytest.approx(half.timing().kv_transfer_time(500, "nvlink"))
 
 
 def test_the_real_scheduler_chunks_prompts_and_preempts():
-    cluster = Cluster(ClusterSpec([Pool(Role.PREFILL, D, 1, SchedulerOverrides(max_num_batched_tokens=2048)),
-                                   Pool(Role.DECODE, D, 1)],
+    cluster = Cluster(ClusterSpec([Pool(SchedulerRole.PREFILL, D, 1, SchedulerOverrides(max_num_batched_tokens=2048)),
+                                   Pool(SchedulerRole.DECODE, D, 1)],
                                   kv_blocks=320))  # 5,120 tokens of decode KV: four of these cannot all fit
     assert all(type(i.scheduler) is Scheduler for i in cluster.instances)
     requests = [SimRequest(list(range(100 + i, 1100 + i)), 300) for i in range(4)]
@@ -92,7 +92,7 @@ def test_prefix_cache_reuses_shared_prompt_blocks():
 
 
 def test_colocated_and_concurrency_cap():
-    spec = ClusterSpec([Pool(Role.BOTH, D, 2)])
+    spec = ClusterSpec([Pool(SchedulerRole.BOTH, D, 2)])
     requests = [SimRequest(list(range(100, 356)), 8) for _ in range(12)]
     result = Cluster(spec).run(requests, [0.0] * 12, max_concurrency=3)
     s = summary(result, max_concurrency=3)
@@ -145,7 +145,7 @@ def test_bench_simulate_reports_speed(capsys):
 
 
 def test_idle_instances_report_zeros():
-    spec = ClusterSpec([Pool(Role.PREFILL, D, 2), Pool(Role.DECODE, D, 3)])
+    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, D, 2), Pool(SchedulerRole.DECODE, D, 3)])
     result = Cluster(spec).run([SimRequest(list(range(100, 400)), 3)], [0.0])
     rows = instance_rows(result)
     assert [r["steps"] for r in rows].count(0) == 3  # one prefill and one decode instance worked

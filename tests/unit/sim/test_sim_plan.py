@@ -8,7 +8,7 @@ import pytest
 
 from pdserve.cli.main import main as cli_main
 from pdserve.common.scheduling import modeled_scheduling
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.plan_command import parse_duration
@@ -37,7 +37,7 @@ def test_candidates_hold_the_model_with_the_memory_their_software_leaves():
     dp16 = Deployment(hardware="H20-96G", gpus=16, ep=16, dp_attention=True)
     check_deployment(dp16)  # fits at the old fixed fraction
     with pytest.raises(ValueError, match="gpus:"):
-        modeled_scheduling(dp16, Role.DECODE)
+        modeled_scheduling(dp16, SchedulerRole.DECODE)
     pool = {(c.deployment.gpus, c.deployment.dp_attention) for c in candidates(["H20-96G"], max_nodes=4)}
     assert (16, True) not in pool and (16, False) in pool
 
@@ -80,7 +80,7 @@ def test_a_sensitivity_variant_reaches_the_simulated_steps():
     requests = [SimRequest(list(range(1, 400)), 20) for _ in range(4)]
 
     def duration(d: Deployment) -> float:
-        result = Cluster(ClusterSpec([Pool(Role.BOTH, d, 1)], frontend=False)).run(requests, [0.0] * 4)
+        result = Cluster(ClusterSpec([Pool(SchedulerRole.BOTH, d, 1)], frontend=False)).run(requests, [0.0] * 4)
         return max(s.finish_s for s in result.sequences)
 
     assert duration(half) < 0.8 * duration(base)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pdserve.cli.main import main as cli_main
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.explain import explain_requests, request_parts
@@ -19,7 +19,7 @@ def test_explain_splits_each_request_exactly_and_sees_decodes_wait_behind_prompt
     # SGLang runs prompts first, in steps of their own: a request decoding when new prompts arrive waits for them
     requests = [SimRequest(list(range(100, 1100)), 40) for _ in range(4)] + \
                [SimRequest(list(range(2000, 10000)), 5) for _ in range(3)]
-    result = Cluster(ClusterSpec([Pool(Role.BOTH, H200, 1)])).run(requests, [0.0] * 4 + [0.5] * 3)
+    result = Cluster(ClusterSpec([Pool(SchedulerRole.BOTH, H200, 1)])).run(requests, [0.0] * 4 + [0.5] * 3)
     for seq in result.sequences:
         parts = request_parts(seq)
         assert sum(v for k, v in parts.items() if k != "e2el") == pytest.approx(parts["e2el"], abs=1e-9)
@@ -28,16 +28,17 @@ def test_explain_splits_each_request_exactly_and_sees_decodes_wait_behind_prompt
     assert early["waiting"] > 0.2  # three 8,000-token prompts ran while it had tokens to make
     x = explain_requests(result)
     assert x["requests"] == 7 and x["mean"]["frontend"] == pytest.approx(H200.timing().overheads.request_overhead_s)
-    pd = Cluster(ClusterSpec([Pool(Role.PREFILL, H200, 1), Pool(Role.DECODE, H200, 1)])).run(requests[:1], [0.0])
+    pools = [Pool(SchedulerRole.PREFILL, H200, 1), Pool(SchedulerRole.DECODE, H200, 1)]
+    pd = Cluster(ClusterSpec(pools)).run(requests[:1], [0.0])
     assert request_parts(pd.sequences[0])["transfer"] > 0
 
 
 def test_data_parallel_ranks_step_together_and_the_slowest_sets_the_step():
     dp = Deployment(hardware="H200", ep=8, dp_attention=True)
     # eight 4,000-token prompts: round robin puts one on each rank, all prefill in the same steps
-    many = Cluster(ClusterSpec([Pool(Role.BOTH, dp, 1)], frontend=False)).run(
+    many = Cluster(ClusterSpec([Pool(SchedulerRole.BOTH, dp, 1)], frontend=False)).run(
         [SimRequest(list(range(100 + i, 4100 + i)), 2) for i in range(8)], [0.0] * 8)
-    one = Cluster(ClusterSpec([Pool(Role.BOTH, dp, 1)], frontend=False)).run(
+    one = Cluster(ClusterSpec([Pool(SchedulerRole.BOTH, dp, 1)], frontend=False)).run(
         [SimRequest(list(range(100, 4100)), 2)], [0.0])
     first = [s.first_token_s for s in many.sequences]
     assert max(first) == pytest.approx(min(first))  # the ranks ran in lockstep

@@ -12,7 +12,7 @@ import pytest
 from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role, Step
+from pdserve.engine.sched.scheduler import SchedulerRole, Step
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.instance import Instance
 from pdserve.sim.sequence import SimSequence
@@ -55,7 +55,7 @@ def worker_steps(runtime, scheduling) -> tuple[list[tuple[tuple, float]], int]:
 
 
 def simulated_steps(scheduling) -> tuple[list[tuple[tuple, float]], int]:
-    inst = Instance("c0", Role.BOTH, scheduling, 0, StepTimer(scheduling.deployment.timing()))
+    inst = Instance("c0", SchedulerRole.BOTH, scheduling, 0, StepTimer(scheduling.deployment.timing()))
     for i, (n, out) in enumerate(PROMPTS):
         inst.scheduler.add(SimSequence(i, list(range(3, 3 + n)), out, 1 << 20, [], 0.0))
     seen, now = [], 0.0
@@ -75,7 +75,7 @@ def simulated_steps(scheduling) -> tuple[list[tuple[tuple, float]], int]:
 ])
 def test_worker_and_simulator_run_the_same_steps(tiny_runtime, deployment, kv_blocks, preempted):
     # a small step budget and KV budget so that prompts chunk and requests give way
-    scheduling = modeled_scheduling(parse_deployment(deployment), Role.BOTH,
+    scheduling = modeled_scheduling(parse_deployment(deployment), SchedulerRole.BOTH,
                                     SchedulerOverrides(max_num_batched_tokens=48, max_num_seqs=6), kv_blocks=kv_blocks)
     simulated, sim_preempted = simulated_steps(scheduling)
     served, served_preempted = worker_steps(tiny_runtime, scheduling)
@@ -87,10 +87,12 @@ def test_worker_and_simulator_run_the_same_steps(tiny_runtime, deployment, kv_bl
 
 
 def test_a_worker_schedules_with_its_deployments_software_profile():
-    from pdserve.worker.flags import worker_parser, worker_scheduling
+    from pdserve.worker.config import WorkerConfig
+    from pdserve.worker.flags import worker_parser
 
     def scheduling(*flags: str):
-        return worker_scheduling(worker_parser("decode_server", 0, 8).parse_args(list(flags)), Role.DECODE)
+        args = worker_parser("decode_server", 0, 8).parse_args(list(flags))
+        return WorkerConfig.from_args(args, SchedulerRole.DECODE).scheduling()
 
     paced = scheduling("--model", "synthetic", "--deployment", "software=vllm,hardware=H200")
     assert paced.config.policy.mixed and paced.config.max_num_batched_tokens == 8192  # vLLM 0.11's on H200

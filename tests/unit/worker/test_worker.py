@@ -9,7 +9,7 @@ import pytest
 
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.runtime import Runtime
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole
 from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import TimingModel
@@ -40,7 +40,7 @@ TIMING = TimingModel("deepseek-r1", "H20-141G", ParallelConfig(8, 8, 8), "sglang
 
 def make_worker(runtime, clock: StepClock | None = None, **config) -> Worker:
     """A decode-role worker with a 256-block KV budget; ``config``: more SchedulerConfig fields."""
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=256, **config), runtime.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.DECODE, kv_blocks=256, **config), runtime.free)
     return Worker(runtime, scheduler, clock or StepClock(TIMING), max_queue=8)
 
 
@@ -269,7 +269,7 @@ def test_a_step_computes_in_forwards_whose_kv_can_move_before_the_step_ends(tiny
         return asyncio.run(asyncio.wait_for(scenario(), 60))
 
     def worker_of(chunk: int) -> Worker:
-        scheduler = Scheduler(SchedulerConfig(Role.PREFILL, max_num_batched_tokens=120), tiny_runtime.free)
+        scheduler = Scheduler(SchedulerConfig(SchedulerRole.PREFILL, max_num_batched_tokens=120), tiny_runtime.free)
         return Worker(tiny_runtime, scheduler, StepClock(TIMING), max_queue=8, compute_chunk_tokens=chunk)
 
     told, tokens, modeled = first_tokens(worker_of(32))

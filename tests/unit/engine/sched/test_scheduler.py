@@ -6,7 +6,7 @@ import pytest
 from pdserve.engine.kv.budget import KVBudgetExceeded
 from pdserve.engine.llm_engine import LLMEngine
 from pdserve.engine.params import SamplingParams
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole
 from pdserve.engine.text.stop import FinishReason
 
 GREEDY = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
@@ -28,7 +28,7 @@ def run_to_end(runtime, scheduler):
 
 def test_prefill_role_chunks_long_prompts_and_hands_the_sequence_back(tiny_runtime):
     rt = tiny_runtime
-    scheduler = Scheduler(SchedulerConfig(Role.PREFILL, max_num_batched_tokens=16), rt.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.PREFILL, max_num_batched_tokens=16), rt.free)
     seqs = [rt.new_sequence(p, GREEDY) for p in prompts(rt, (40, 5))]
     for seq in seqs:
         scheduler.add(seq)
@@ -52,7 +52,7 @@ def test_decode_role_preempts_frees_and_recomputes_with_unchanged_output(tiny_ru
     ps = prompts(rt, (20, 20, 20, 20), seed=1)
     expected = [s.output_ids for s in LLMEngine(rt).generate(ps, GREEDY)]
     # 12 blocks of 16 tokens; each sequence grows to 60 tokens (4 blocks): four cannot run together
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=12), rt.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.DECODE, kv_blocks=12), rt.free)
     seqs = [rt.new_sequence(p, GREEDY) for p in ps]
     for seq in seqs:
         scheduler.add(seq)
@@ -80,7 +80,7 @@ def test_decode_role_admits_imported_kv_without_a_prefill_step(tiny_runtime):
     for i in range(prefilled.kv.num_blocks):
         seq.kv.append_block(prefilled.kv.export_block(i), min(16, len(prompt) - 16 * i))
     seq.continue_from(prefilled.output_ids[0])
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=64), rt.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.DECODE, kv_blocks=64), rt.free)
     scheduler.add(seq)
     step = scheduler.schedule()
     assert not step.prefills and step.decodes == [seq]
@@ -91,7 +91,7 @@ def test_decode_role_admits_imported_kv_without_a_prefill_step(tiny_runtime):
 
 def test_a_request_larger_than_the_whole_budget_is_refused_up_front(tiny_runtime):
     rt = tiny_runtime
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=4), rt.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.DECODE, kv_blocks=4), rt.free)
     with pytest.raises(KVBudgetExceeded, match="4 blocks"):
         scheduler.add(rt.new_sequence(list(range(3, 40)), SamplingParams(max_tokens=40)))
     scheduler.add(rt.new_sequence(list(range(3, 40)), SamplingParams(max_tokens=20)))  # 57 tokens: 4 blocks fit
@@ -99,7 +99,7 @@ def test_a_request_larger_than_the_whole_budget_is_refused_up_front(tiny_runtime
 
 def test_abort_removes_the_sequence_and_frees_its_blocks(tiny_runtime):
     rt = tiny_runtime
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=64), rt.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.DECODE, kv_blocks=64), rt.free)
     seqs = [rt.new_sequence(p, GREEDY) for p in prompts(rt, (10, 12), seed=3)]
     for seq in seqs:
         scheduler.add(seq)

@@ -11,7 +11,7 @@ import pytest
 from pdserve.engine.sched.flags import SchedulerOverrides, scheduler_config
 from pdserve.engine.sched.profiles import PROFILES, SGLANG_POLICY, VLLM_POLICY, VLLM_V0_POLICY, HardwareFacts
 from pdserve.engine.sched.ranks import AttentionRanks
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig, StepOutput
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole, StepOutput
 from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
 
 H200_TP8 = HardwareFacts(143_771, 8)
@@ -31,7 +31,7 @@ def step_once(s) -> tuple[list[tuple[int, int]], list[int]]:
 
 def running(policy, *lengths, kv_blocks=None, **limits) -> tuple[Scheduler, list[SimSequence]]:
     """A both-role scheduler with these sequences admitted and past their first token."""
-    s = Scheduler(SchedulerConfig(Role.BOTH, kv_blocks=kv_blocks, block_tokens=16, policy=policy, **limits), free_kv)
+    s = Scheduler(SchedulerConfig(SchedulerRole.BOTH, kv_blocks=kv_blocks, block_tokens=16, policy=policy, **limits), free_kv)
     ss = seqs(*lengths)
     for q in ss:
         s.add(q)
@@ -62,13 +62,13 @@ def test_vllm_mixes_decodes_first_and_prompt_chunks_in_one_budget():
 
 
 def test_vllm_v0_runs_whole_prompts_and_keeps_a_watermark_free():
-    s = Scheduler(SchedulerConfig(Role.BOTH, max_num_batched_tokens=100, kv_blocks=100, policy=VLLM_V0_POLICY),
+    s = Scheduler(SchedulerConfig(SchedulerRole.BOTH, max_num_batched_tokens=100, kv_blocks=100, policy=VLLM_V0_POLICY),
                   free_kv)
     for q in seqs(60, 60):
         s.add(q)
     assert step_once(s) == ([(0, 60)], [])  # the second does not fit the budget whole: the next step
     assert step_once(s) == ([(1, 60)], [])
-    watermark = Scheduler(SchedulerConfig(Role.BOTH, kv_blocks=100, policy=replace(VLLM_V0_POLICY, watermark=0.1)),
+    watermark = Scheduler(SchedulerConfig(SchedulerRole.BOTH, kv_blocks=100, policy=replace(VLLM_V0_POLICY, watermark=0.1)),
                           free_kv)
     for q in seqs(800, 800):  # 50 blocks each; the second would leave 0 free, under the 10-block watermark
         watermark.add(q)
@@ -127,7 +127,7 @@ def test_every_knob_can_be_overridden():
     o = SchedulerOverrides(max_num_seqs=7, max_num_batched_tokens=99, max_prefill_tokens=50, step_composition="mixed",
                            schedule_conservativeness=0.5, preemption="newest", dp_dispatch="least_loaded")
     profile = PROFILES["sglang"]
-    c = scheduler_config(profile, profile.limits(H200_TP8), H200_TP8, o, Role.BOTH, 600_000, 100, 16)
+    c = scheduler_config(profile, profile.limits(H200_TP8), H200_TP8, o, SchedulerRole.BOTH, 600_000, 100, 16)
     assert (c.max_num_seqs, c.max_num_batched_tokens, c.max_prefill_tokens) == (7, 99, 50)
     p = c.policy
     assert p.mixed and p.preemption == "newest" and p.dispatch == "least_loaded"
@@ -140,7 +140,7 @@ def test_every_knob_can_be_overridden():
 
 
 def test_attention_ranks_dispatch_schedule_and_step_together():
-    config = SchedulerConfig(Role.BOTH, max_num_batched_tokens=64, kv_blocks=64, policy=SGLANG_POLICY)
+    config = SchedulerConfig(SchedulerRole.BOTH, max_num_batched_tokens=64, kv_blocks=64, policy=SGLANG_POLICY)
     ranks = AttentionRanks(config, 4, free_kv)
     prompts = seqs(100, 30, 30, 30, 30)
     for q in prompts:

@@ -12,7 +12,7 @@ import pytest
 from pdserve.engine.llm_engine import LLMEngine
 from pdserve.engine.model import llama as model_module
 from pdserve.engine.params import SamplingParams
-from pdserve.engine.sched.scheduler import Role, Scheduler, SchedulerConfig
+from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole
 from pdserve.engine.text.completion import CompletionState, answer_ids, ends_sentence
 from pdserve.engine.text.stop import FinishReason
 
@@ -176,7 +176,7 @@ def test_a_preempted_sequence_keeps_its_check_schedule_and_output(tiny_judge_run
                                                               "stop_when_complete_interval")})
         alone.append((seq.output_ids, checked_at(results)))
     # 16 blocks of 16 tokens; each sequence grows to 157 tokens (10 blocks): three cannot run together
-    scheduler = Scheduler(SchedulerConfig(Role.DECODE, kv_blocks=16), rt.free)
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.DECODE, kv_blocks=16), rt.free)
     seqs = [rt.new_sequence(PROMPT, p) for p in params]
     for seq in seqs:
         scheduler.add(seq)

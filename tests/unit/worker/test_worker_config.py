@@ -1,0 +1,47 @@
+"""A worker's flags become a WorkerConfig once: what it holds, what it refuses, and the process-info labels it
+gives (common/ no longer reads a worker's flags for them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdserve.common.metrics import PROCESS_INFO, set_process_info
+from pdserve.engine.sched.scheduler import SchedulerRole
+from pdserve.perfmodel.deployment import deployment_from_args
+from pdserve.worker.config import WorkerConfig
+from pdserve.worker.flags import worker_parser
+
+
+def config(*flags: str, role: SchedulerRole = SchedulerRole.DECODE) -> WorkerConfig:
+    return WorkerConfig.from_args(worker_parser("decode_server", 50071, max_queue=512).parse_args(list(flags)), role)
+
+
+def test_the_flags_are_read_once_into_the_config():
+    c = config("--kvstore", "127.0.0.1:1,127.0.0.1:2", "--kv-shm", "--max-queue", "7", "--pace", "realtime",
+               "--time-scale", "4", "--drain-timeout-s", "5", "--max-num-seqs", "3", "--port", "6001")
+    assert c.kvstore == ("127.0.0.1:1", "127.0.0.1:2") and c.kv_shm and c.max_queue == 7
+    assert (c.pace, c.time_scale, c.drain_timeout_s, c.port) == ("realtime", 4.0, 5.0, 6001)
+    assert c.scheduler_role is SchedulerRole.DECODE
+    assert c.scheduler.max_num_seqs == 3 and c.scheduling().config.max_num_seqs == 3
+    assert c.deployment == deployment_from_args(worker_parser("x", 1, 1).parse_args([]))
+    assert config("--kvstore", "").kvstore == ()
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--time-scale", "0"], "time_scale"),
+    (["--deployment", "gpus=1"], "gpus"),
+])
+def test_a_config_that_cannot_run_is_refused_naming_the_field(flags, field):
+    with pytest.raises(ValueError, match=field):
+        config(*flags)
+
+
+def test_process_info_takes_its_labels_from_the_config():
+    c = config("--pace", "realtime", "--time-scale", "2", "--deployment", "hardware=H200")
+    set_process_info("decode", "m", "fp", c)
+    labels = PROCESS_INFO.collect()[0].samples[0].labels
+    assert labels["perf_hardware"] == "H200" and labels["pace"] == "realtime" and labels["time_scale"] == "2"
+    assert labels["service"] == "decode" and labels["model_fingerprint"] == "fp"
+    set_process_info("router", "m", "fp")
+    labels = PROCESS_INFO.collect()[0].samples[0].labels
+    assert labels["perf_hardware"] == "" and labels["pace"] == "" and labels["service"] == "router"
