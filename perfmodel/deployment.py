@@ -116,6 +116,10 @@ def parse_deployment(text: str, base: Deployment | None = None, field_name: str 
                 values[key] = kind(value)
         except ValueError:
             raise ValueError(f"{field_name}: {key}={value!r} is not a {kind.__name__}") from None
+    given = {item.partition("=")[0].strip().replace("-", "_") for item in (text or "").split(",")}
+    if "hardware" in given and "gpus_per_node" not in given:
+        # one NVLink domain is what "node" means to the communication model: 72 GPUs in a GB200 NVL72 rack
+        values["gpus_per_node"] = max(values["gpus_per_node"], gpu_by_name(values["hardware"]).nvlink_domain)
     return Deployment(**values)
 
 

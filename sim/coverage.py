@@ -26,6 +26,8 @@ class Cell:
     held_out: int = 0
     calibration: int = 0
     errors: list[float] = field(default_factory=list)  # |error| of the modeled held-out figures
+    priced: int = 0  # held-out rows the model priced (step) or replayed (serving)
+    within: int = 0  # of their figures, those within the goal
 
     @property
     def mean_error(self) -> float | None:
@@ -55,6 +57,8 @@ def step_cells(results: list | None = None) -> dict[tuple[str, str], Cell]:
             cell.held_out += 1
             if v.error is not None:
                 cell.errors.append(abs(v.error))
+                cell.priced += 1
+                cell.within += v.within_goal
         else:
             cell.calibration += 1
     return cells
@@ -83,8 +87,11 @@ def serving_cells(replay: bool = True) -> dict[tuple[str, str], Cell]:
             continue
         cell.held_out += 1
         r = replays.get(row["id"])
-        if r is not None:
-            cell.errors += [abs(f.error) for f in r.figures if f.goal is not None]
+        if r is not None and r.figures:
+            goal = [f for f in r.figures if f.goal is not None]
+            cell.errors += [abs(f.error) for f in goal]
+            cell.priced += 1
+            cell.within += sum(not f.missed for f in goal)
     return cells
 
 
@@ -92,9 +99,26 @@ def _cell_text(step: Cell | None, serving: Cell | None) -> str:
     parts = []
     for label, c in (("step", step), ("serving", serving)):
         if c and c.held_out:
-            err = f", {c.mean_error:.0%}" if c.mean_error is not None else ", not modeled"
+            err = f" {c.mean_error:.0%}" if c.mean_error is not None else " (none priced)"
             parts.append(f"{c.held_out} {label}{err}")
-    return "; ".join(parts) or "none"
+    return "; ".join(parts) or "-"
+
+
+def coverage_details(step: dict, serving: dict) -> str:
+    """Per model x GPU with held-out rows: rows, rows priced, mean |error| and figures within the goal."""
+    lines = ["| model | GPU | step rows (priced) | mean abs error | within +-15% | serving rows (replayed) | "
+             "mean abs error | figures within goal |", "|---|---|---|---|---|---|---|---|"]
+    for key in sorted(set(step) | set(serving)):
+        cols = []
+        for c in (step.get(key), serving.get(key)):
+            if not c or not c.held_out:
+                cols += ["-", "-", "-"]
+                continue
+            err = f"{c.mean_error:.1%}" if c.mean_error is not None else "-"
+            cols += [f"{c.held_out} ({c.priced})", err, f"{c.within} of {len(c.errors)}" if c.errors else "-"]
+        if any(x != "-" for x in cols):
+            lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cols) + " |")
+    return "\n".join(lines)
 
 
 def coverage_markdown(step: dict, serving: dict, models: list[str] | None = None,
@@ -128,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-serving", action="store_true", help="count the serving rows without replaying them")
     a = ap.parse_args(argv)
-    print(coverage_markdown(step_cells(), serving_cells(replay=not a.no_serving)))
+    step, serving = step_cells(), serving_cells(replay=not a.no_serving)
+    print(coverage_markdown(step, serving) + "\n\n" + coverage_details(step, serving))
     return 0
 
 

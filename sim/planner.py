@@ -16,6 +16,7 @@ from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.scheduler import Role
 from pdserve.engine.scheduler_flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment, check_deployment
+from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
 from pdserve.workload.arrivals import arrival_stream
@@ -108,17 +109,22 @@ class Outcome:
         return "TTFT" if p.ttft_ratio >= p.tpot_ratio else "TPOT"
 
 
+MAX_DEFAULT_TP = 8  # tensor parallelism beyond one 8-GPU board is rare even inside a 72-GPU NVLink domain
+
+
 def instance_shapes(base: Deployment, hardware: str, max_nodes: int, gpus_per_node: int = 8,
                     tp_sizes: tuple[int, ...] = ()) -> list[tuple[int, int, int]]:
-    """(GPUs, attention TP, EP) of the instances ``base``'s model can run on ``hardware``, smallest first: 1, 2, 4
-    GPUs inside a node, then whole nodes up to ``max_nodes``. TP divides the attention heads and stays inside a node
-    (``tp_sizes`` restricts it; by default the largest that fits); routed experts spread over all the instance's GPUs
+    """(GPUs, attention TP, EP) of the instances ``base``'s model can run on ``hardware``, smallest first: powers of
+    two inside a node (an NVLink domain: 72 GPUs for GB200), then whole nodes up to ``max_nodes``. TP divides the
+    attention heads and stays inside a node, at most 8 (``tp_sizes`` overrides it); routed experts spread over all the
+    instance's GPUs
     (the largest degree that divides the expert count); a dense model has no expert parallelism."""
     m = base.profile()
-    sizes = [g for g in (1, 2, 4) if g < gpus_per_node] + [n * gpus_per_node for n in range(1, max_nodes + 1)]
+    sizes = [2 ** k for k in range(7) if 2 ** k < gpus_per_node] + [n * gpus_per_node for n in range(1, max_nodes + 1)]
     out = []
     for g in sizes:
-        tps = [t for t in (tp_sizes or (min(g, gpus_per_node),)) if t <= g and g % t == 0 and m.n_heads % t == 0]
+        tps = [t for t in (tp_sizes or (min(g, gpus_per_node, MAX_DEFAULT_TP),))
+               if t <= g and g % t == 0 and m.n_heads % t == 0]
         if m.n_routed_experts:
             ep = max(e for e in range(1, g + 1) if g % e == 0 and m.n_routed_experts % e == 0)
         else:
@@ -141,13 +147,13 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
     out = []
     for hw, dp in itertools.product(hardware, dp_attention if moe else (False,)):
         found, last_size = 0, 0
-        for gpus, tp, ep in instance_shapes(base, hw, max_nodes, gpus_per_node, tp_sizes):
+        gpn = max(gpus_per_node, gpu_by_name(hw).nvlink_domain)  # a GB200 "node" is its 72-GPU NVLink rack
+        for gpus, tp, ep in instance_shapes(base, hw, max_nodes, gpn, tp_sizes):
             if found == sizes and gpus != last_size:
                 break
             if dp and gpus == 1:
                 continue
-            d = replace(base, hardware=hw, gpus=gpus, tp=tp, ep=ep, dp_attention=dp, gpus_per_node=gpus_per_node,
-                        _cache={})
+            d = replace(base, hardware=hw, gpus=gpus, tp=tp, ep=ep, dp_attention=dp, gpus_per_node=gpn, _cache={})
             try:
                 check_deployment(d)
                 modeled_scheduling(d, Role.DECODE, overrides)
@@ -159,7 +165,7 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
             elif dp:
                 continue  # with DP attention the TP degree only splits the dense layers: one of them is enough
             out.append(Candidate(d, 0, 1))
-            nodes = -(-gpus // gpus_per_node)
+            nodes = -(-gpus // gpn)
             for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
                 if (x + y) * nodes <= max_nodes:
                     out.append(Candidate(d, x, y))

@@ -174,3 +174,13 @@ def test_every_new_combination_prices_a_step(spec):
     check_deployment(d)
     t = d.timing()
     assert 0 < t.decode_step_time([2048] * 8).seconds < t.prefill_time([4096]).seconds
+
+
+def test_gb200_nvlink_domain_is_one_node_of_72():
+    """Without gpus_per_node, a GB200 deployment's 16 GPUs talk over NVLink, not over the NICs of two 8-GPU nodes."""
+    d = parse_deployment("model=kimi-k2,hardware=GB200,gpus=16,tp=8,ep=16")
+    assert d.gpus_per_node == 72 and d.parallel().nodes == 1
+    assert parse_deployment("model=kimi-k2,hardware=GB200,gpus=16,tp=8,ep=16,gpus_per_node=8").parallel().nodes == 2
+    assert parse_deployment("hardware=H200").gpus_per_node == 8
+    shapes = instance_shapes(Deployment(model="kimi-k2"), "GB200", max_nodes=1, gpus_per_node=72)
+    assert (64, 8, 64) in shapes and shapes[-1][0] == 72 and all(tp <= 8 for _, tp, _ in shapes)
