@@ -184,3 +184,18 @@ def test_gb200_nvlink_domain_is_one_node_of_72():
     assert parse_deployment("hardware=H200").gpus_per_node == 8
     shapes = instance_shapes(Deployment(model="kimi-k2"), "GB200", max_nodes=1, gpus_per_node=72)
     assert (64, 8, 64) in shapes and shapes[-1][0] == 72 and all(tp <= 8 for _, tp, _ in shapes)
+
+
+def test_coverage_table_counts_held_out_rows_per_model_and_gpu():
+    from pdserve.sim.coverage import coverage_markdown, held_out_counts, serving_cells, step_cells
+
+    step, serving = step_cells(), serving_cells(replay=False)
+    assert step[("gpt-oss-120b", "A100-80G")].held_out == 1 and step[("gpt-oss-120b", "A100-80G")].priced == 1
+    assert serving[("deepseek-r1", "B200")].held_out == 4 and serving[("deepseek-r1", "B200")].priced == 0
+    table = coverage_markdown(step, serving)
+    row = next(line for line in table.splitlines() if line.startswith("| qwen3-30b-a3b |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    assert cells[header.index("A100-80G")].startswith("3 step ") and cells[header.index("GB200")] == "-"
+    per_model, per_gpu = held_out_counts(step, serving)
+    assert per_model["qwen3-30b-a3b"] == 5 and per_gpu["B200"] == 4
