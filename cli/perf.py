@@ -9,7 +9,20 @@ from pdserve.perfmodel.deployment import KV_PRECISIONS, add_deployment_flag, dep
 from pdserve.worker.clock import KV_LINKS
 
 
+def cmd_list(a: argparse.Namespace) -> int:
+    """The profiles and how many held-out public measurements check each (step rows priced, serving rows counted)."""
+    from pdserve.perfmodel.catalog_report import format_catalog, gpu_rows, model_rows
+    from pdserve.sim.coverage import held_out_counts, serving_cells, step_cells
+
+    per_model, per_gpu = held_out_counts(step_cells(), serving_cells(replay=False))
+    models, gpus = model_rows(per_model), gpu_rows(per_gpu)
+    print(json.dumps({"models": models, "gpus": gpus}, indent=2) if a.json else format_catalog(models, gpus))
+    return 0
+
+
 def cmd_perf(a: argparse.Namespace) -> int:
+    if a.list:
+        return cmd_list(a)
     from pdserve.perfmodel.report import format_report, scenario_report
 
     try:
@@ -29,8 +42,10 @@ def cmd_perf(a: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("perf", help="modeled timing of a scenario on the modeled hardware")
     add_deployment_flag(p, help="the modeled deployment, KEY=V,.. over the default (deepseek-r1 on 8 x H20-141G, "
-                                "TP8 EP8, sglang); keys: model (deepseek-r1, llama-3-70b, smollm2-135m, ...), "
-                                "hardware (H20-96G, H20-141G, H800, H100, H200), gpus, tp, ep, dp_attention, software "
+                                "TP8 EP8, sglang); keys: model (deepseek-r1, qwen3-235b-a22b, gpt-oss-120b, "
+                                "llama-3.1-70b, ... or a Hugging Face id; --list shows all), hardware (H20-96G, H200, "
+                                "B200, GB200, A100-80G, L20, L40S, ...), weight_precision (bf16, fp8, fp4, mxfp4, "
+                                "int4; default the checkpoint's), gpus, tp, ep, dp_attention, software "
                                 "(sglang, sglang-0.4, vllm, vllm-0.7, vllm-awq), kv_precision "
                                 f"({', '.join(k for k in KV_PRECISIONS if k)}: fp8 halves DeepSeek's 70,272 B/token), "
                                 "gpus_per_node, two_batch_overlap, mem_fraction (default: the software's)")
@@ -41,4 +56,6 @@ def register(sub) -> None:
     p.add_argument("--explain", action="store_true",
                    help="per operator group: FLOPs, bytes, the bound it hits, padding and imbalance factors")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--list", action="store_true",
+                   help="print the model and GPU profiles with their validation status, and exit")
     p.set_defaults(func=cmd_perf)

@@ -16,7 +16,7 @@ from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
 from pdserve.launcher.supervisor import RESTART_MODES
-from pdserve.perfmodel.deployment import add_deployment_flag
+from pdserve.perfmodel.deployment import add_deployment_flag, deployment_text
 from pdserve.router.policy import PREFILL_POLICIES
 from pdserve.worker.clock import PACE_MODES
 
@@ -30,7 +30,7 @@ def stack_spec_from_args(a: argparse.Namespace):
                      colocated=a.colocated, policy=a.policy, router_port=a.port, metrics=a.metrics,
                      metrics_base_port=getattr(a, "metrics_base_port", 0),
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
-                     deployment=a.deployment, kv_dtype=a.kv_dtype, insecure_internal=a.insecure_internal,
+                     deployment=deployment_text(a), kv_dtype=a.kv_dtype, insecure_internal=a.insecure_internal,
                      http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm)
 
 

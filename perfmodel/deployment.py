@@ -8,10 +8,12 @@ modeled``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 
 from pdserve.perfmodel.hardware import GPU
 from pdserve.perfmodel.hardware import gpu as gpu_by_name
+from pdserve.perfmodel.hf_config import load_model_config
 from pdserve.perfmodel.memory import MemoryFit, memory_fit
 from pdserve.perfmodel.models import ModelProfile, model_profile
 from pdserve.perfmodel.parallel import ParallelConfig
@@ -34,11 +36,16 @@ class Deployment:
     gpus_per_node: int = 8
     two_batch_overlap: bool = False
     mem_fraction: float = 0.0  # share of GPU memory for weights + KV (SGLang's --mem-fraction-static); 0: 0.90
+    weight_precision: str = ""  # "" keeps the published checkpoint's (FP8 for DeepSeek, MXFP4 experts for GPT-OSS)
+    model_config: str = ""  # a Hugging Face config.json to model instead of the named profile (--model-config)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def profile(self) -> ModelProfile:
-        m = model_profile(self.model)
-        return m.with_kv_precision(self.kv_precision) if self.kv_precision else m
+        if "profile" not in self._cache:
+            m = load_model_config(self.model_config) if self.model_config else model_profile(self.model)
+            m = m.with_weight_precision(self.weight_precision) if self.weight_precision else m
+            self._cache["profile"] = m.with_kv_precision(self.kv_precision) if self.kv_precision else m
+        return self._cache["profile"]
 
     def gpu(self) -> GPU:
         return gpu_by_name(self.hardware)
@@ -87,7 +94,7 @@ def kv_capacity_tokens(d: Deployment) -> int:
 
 
 DEPLOYMENT_KEYS_HELP = ("model, hardware, gpus, tp, ep, dp_attention, software, kv_precision, gpus_per_node, "
-                        "two_batch_overlap, mem_fraction")
+                        "two_batch_overlap, mem_fraction, weight_precision, model_config")
 
 
 def parse_deployment(text: str, base: Deployment | None = None, field_name: str = "deployment") -> Deployment:
@@ -109,19 +116,41 @@ def parse_deployment(text: str, base: Deployment | None = None, field_name: str 
                 values[key] = kind(value)
         except ValueError:
             raise ValueError(f"{field_name}: {key}={value!r} is not a {kind.__name__}") from None
+    given = {item.partition("=")[0].strip().replace("-", "_") for item in (text or "").split(",")}
+    if "hardware" in given and "gpus_per_node" not in given:
+        # one NVLink domain is what "node" means to the communication model: 72 GPUs in a GB200 NVL72 rack
+        values["gpus_per_node"] = max(values["gpus_per_node"], gpu_by_name(values["hardware"]).nvlink_domain)
     return Deployment(**values)
 
 
 def add_deployment_flag(parser, flag: str = "--deployment", help: str = "") -> None:
-    """The modeled deployment as one ``KEY=V,..`` flag over the default (deepseek-r1 on 8 x H20-141G, TP8 EP8)."""
+    """The modeled deployment as one ``KEY=V,..`` flag over the default (deepseek-r1 on 8 x H20-141G, TP8 EP8); the
+    main flag comes with ``--model-config PATH`` (the same as its model_config key)."""
     parser.add_argument(flag, default="", metavar="KEY=V,..",
                         help=help or f"modeled deployment over the default (deepseek-r1, 8 x H20-141G, TP8 EP8, "
                                      f"sglang); keys: {DEPLOYMENT_KEYS_HELP}; e.g. hardware=H200,dp_attention=1")
+    if flag == "--deployment":
+        parser.add_argument("--model-config", default="", metavar="PATH",
+                            help="model the architecture of a Hugging Face config.json (file or its directory) "
+                                 "instead of a named profile; what it cannot model is refused naming the field")
+
+
+def deployment_text(args: object) -> str:
+    """``--deployment`` with ``--model-config`` folded in as its model_config key (what workers are handed)."""
+    text = getattr(args, "deployment", "") or ""
+    path = getattr(args, "model_config", "") or ""
+    if not path:
+        return text
+    if "," in path or "=" in path:
+        raise ValueError(f"model_config: the path {path!r} must not contain ',' or '='")
+    path = os.path.abspath(path)  # the workers a launcher starts resolve it alike
+    return f"{text},model_config={path}" if text else f"model_config={path}"
 
 
 def deployment_from_args(args: object) -> Deployment:
-    """The deployment a command's ``--deployment`` flag describes (the default one without the flag)."""
-    return parse_deployment(getattr(args, "deployment", ""))
+    """The deployment a command's ``--deployment`` (and ``--model-config``) flags describe (the default one without
+    them)."""
+    return parse_deployment(deployment_text(args))
 
 
 def check_scenario(d: Deployment, prompt_lens: list[int] | None = None, decode_batch: int = 0,

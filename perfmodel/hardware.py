@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdserve.perfmodel.gpu_generations import tensor_precision
+
 TERA = 1e12
 GIGA = 1e9
 MIB = 1024 * 1024
@@ -60,16 +62,30 @@ class GPU:
     attention_efficiency: float = 0.70  # FlashAttention / FlashMLA compute
     nic_bandwidth: float = 45 * GIGA  # per 400 Gb/s NIC, achieved [M]
     nics: int = 8  # per 8-GPU server
+    fp4_flops: float = 0.0  # dense FP4 tensor-core FLOP/s (0: no FP4 tensor cores, pre-Blackwell)
+    generation: str = "hopper"  # kernel-efficiency class: ampere, ada, hopper, blackwell (gpu_generations.py)
+    nvlink_domain: int = 8  # GPUs one NVLink fabric joins (72 in a GB200 NVL72 rack; 1 without NVLink)
 
     def flops(self, precision: str) -> float:
-        return self.fp8_flops if precision == "fp8" else self.bf16_flops
+        return {"fp8": self.fp8_flops, "fp4": self.fp4_flops}.get(precision) or self.bf16_flops
+
+    def tensor_precision(self, weight_precision: str) -> str:
+        """The tensor-core precision GEMMs on weights stored as ``weight_precision`` run at here: native where the
+        part has it, else weight-only (dequantized to BF16 in the kernel, e.g. Marlin): see gpu_generations.py."""
+        return tensor_precision(self, weight_precision)
 
     def fp8_gemm_efficiency(self, kernels: str = "deepgemm") -> float:
+        if self.generation == "blackwell":  # block scales applied inside the MMA: no promotion on the CUDA cores
+            return self.gemm_efficiency
         return fp8_block_gemm_efficiency(self.gemm_efficiency, self.fp8_flops, self.sms, FP8_KERNELS[kernels])
 
     def gemm_rate(self, precision: str, kernels: str = "deepgemm") -> float:
-        """FLOP/s a large GEMM of this precision really reaches (FP8: on that family of block-scaled kernels)."""
-        if precision == "fp8":
+        """FLOP/s a large GEMM on weights of this precision really reaches (FP8: on that family of block-scaled
+        kernels; a precision the part lacks runs weight-only at its BF16 rate)."""
+        native = self.tensor_precision(precision)
+        if native == "fp4":
+            return self.fp4_flops * self.gemm_efficiency
+        if native == "fp8":
             return self.fp8_flops * self.fp8_gemm_efficiency(kernels)
         return self.bf16_flops * self.gemm_efficiency
 
@@ -101,8 +117,60 @@ GPUS: dict[str, GPU] = {
 }
 
 
+# Beyond the Hopper SXM parts. Dense rates are half the datasheets' sparse figures. [V] vendor datasheet, [M] public
+# measurement, [E] estimate (no public figure; set to the generation's class, gpu_generations.py). Datasheets:
+# HGX B200 and GB200 NVL72: nvidia.com/en-us/data-center/hgx/ and nvidia.com/en-us/data-center/gb200-nvl72/;
+# A100: nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf;
+# L40S: nvidia.com/en-us/data-center/l40s/; H100 PCIe/NVL: nvidia.com/en-us/data-center/h100/; H200 NVL:
+# nvidia.com/en-us/data-center/h200/. The L20 (sold in China) has no NVIDIA page: its figures are the OEM listings'
+# (48 GB GDDR6, 864 GB/s, 119.5 FP16 TFLOP/s dense, 239 FP8) and cuBLAS reaches 105-115 of its 119.5 FP16 TFLOP/s
+# [M] (github.com/DefTruth/CUDA-Learn-Notes hgemm/README.md). Usable memory [M] as nvidia-smi reports: 183,359 MiB
+# for a B200, 46,068 MiB for an L20 or L40S (ECC on); the A100 figures (81,920 / 40,960 MiB) and the GB200's are [E].
+# Parts without NVLink (L20, L40S) talk over PCIe Gen4 x16: 64 GB/s bidirectional stands in for NVLink.
+PCIE4_X16 = 64 * GIGA
+MORE_GPUS: dict[str, GPU] = {
+    # B200 (HGX, 1,000 W): 2.25 / 4.5 / 9 PF BF16 / FP8 / FP4 dense [V]; 180 GB HBM3e at 8 TB/s [V]; NVLink 5
+    # 1.8 TB/s [V]; 148 SMs [V]. Efficiencies [E]: Blackwell class (GEMM 0.70, HBM 0.80, attention 0.60).
+    "B200": GPU("B200", 2250 * TERA, 4500 * TERA, 183_359 * MIB, 8.0e12, 1800 * GIGA, 148, gemm_efficiency=0.70,
+                hbm_efficiency=0.80, attention_efficiency=0.60, fp4_flops=9000 * TERA, generation="blackwell"),
+    # GB200 (NVL72 rack, per GPU): 2.5 / 5 / 10 PF dense [V]; 186 GB HBM3e at 8 TB/s [V] (13.4 TB and 576 TB/s per 72
+    # GPUs); NVLink 5 1.8 TB/s across all 72 GPUs of the rack [V]; usable memory [E] 186 GB less the B200's 2%.
+    "GB200": GPU("GB200", 2500 * TERA, 5000 * TERA, 186e9 * 0.98, 8.0e12, 1800 * GIGA, 148, gemm_efficiency=0.70,
+                 hbm_efficiency=0.80, attention_efficiency=0.60, fp4_flops=10000 * TERA, generation="blackwell",
+                 nvlink_domain=72),
+    # A100 SXM 80 GB: 312 BF16 TFLOP/s dense [V], no FP8; 2,039 GB/s HBM2e [V]; NVLink 3 600 GB/s [V]; 108 SMs [V].
+    # Efficiencies [E]: Ampere class (GEMM 0.80, HBM 0.85, FlashAttention-2 0.60).
+    "A100-80G": GPU("A100-80G", 312 * TERA, 0.0, 81_920 * MIB, 2.039e12, 600 * GIGA, 108, gemm_efficiency=0.80,
+                    hbm_efficiency=0.85, attention_efficiency=0.60, generation="ampere"),
+    # A100 SXM 40 GB: the same compute [V]; 1,555 GB/s HBM2 [V].
+    "A100-40G": GPU("A100-40G", 312 * TERA, 0.0, 40_960 * MIB, 1.555e12, 600 * GIGA, 108, gemm_efficiency=0.80,
+                    hbm_efficiency=0.85, attention_efficiency=0.60, generation="ampere"),
+    # L40S: 362 BF16 / 733 FP8 TFLOP/s dense [V]; 48 GB GDDR6 at 864 GB/s [V]; no NVLink; 142 SMs [V].
+    "L40S": GPU("L40S", 362 * TERA, 733 * TERA, 46_068 * MIB, 864e9, PCIE4_X16, 142, gemm_efficiency=0.70,
+                hbm_efficiency=0.85, attention_efficiency=0.55, generation="ada", nvlink_domain=1),
+    # L20: 119.5 BF16 / 239 FP8 TFLOP/s dense [V, OEM]; 48 GB GDDR6 at 864 GB/s [V, OEM]; no NVLink; 92 SMs [V, OEM];
+    # GEMM efficiency 0.92 [M] (cuBLAS, above): like the H20, a compute-cut part whose clocks hold under load.
+    "L20": GPU("L20", 119.5 * TERA, 239 * TERA, 46_068 * MIB, 864e9, PCIE4_X16, 92, gemm_efficiency=0.92,
+               hbm_efficiency=0.85, attention_efficiency=0.70, generation="ada", nvlink_domain=1),
+    # H100 PCIe: 756 / 1,513 TFLOP/s dense [V]; 80 GB HBM2e at 2.0 TB/s [V]; NVLink bridge 600 GB/s (pairs) [V];
+    # 114 SMs [V].
+    "H100-PCIe": GPU("H100-PCIe", 756 * TERA, 1513 * TERA, GB80_BYTES, 2.0e12, 600 * GIGA, 114, nvlink_domain=2),
+    # H100 NVL: 835 / 1,671 TFLOP/s dense [V]; 94 GB HBM3 at 3.9 TB/s [V]; NVLink bridge 600 GB/s (pairs) [V].
+    "H100-NVL": GPU("H100-NVL", 835 * TERA, 1671 * TERA, 94e9 * 0.98, 3.9e12, 600 * GIGA, 132, nvlink_domain=2),
+    # H200 NVL: 835 / 1,671 TFLOP/s dense [V]; 141 GB HBM3e at 4.8 TB/s [V]; NVLink bridge 900 GB/s, 2- or 4-way [V].
+    "H200-NVL": GPU("H200-NVL", 835 * TERA, 1671 * TERA, GB141_BYTES, 4.8e12, 900 * GIGA, 132, nvlink_domain=4),
+}
+# The names users type for the same parts.
+GPU_ALIASES = {"h100-sxm": "H100", "h100-80g": "H100", "h200-sxm": "H200", "h200-141g": "H200", "h20": "H20-96G",
+               "h20-3e": "H20-141G", "b200-180g": "B200", "gb200-nvl72": "GB200", "a100": "A100-80G",
+               "a100-sxm-80g": "A100-80G", "a100-sxm-40g": "A100-40G", "a100-80gb": "A100-80G",
+               "a100-40gb": "A100-40G", "l20-48g": "L20", "l40s-48g": "L40S", "h100-pcie-80g": "H100-PCIe",
+               "h100-nvl-94g": "H100-NVL", "h200-nvl-141g": "H200-NVL"}
+GPUS.update(MORE_GPUS)
+
+
 def gpu(name: str) -> GPU:
-    key = {k.lower(): k for k in GPUS}.get(name.lower())
+    key = {k.lower(): k for k in GPUS}.get(GPU_ALIASES.get(name.strip().lower(), name.strip()).lower())
     if key is None:
         raise ValueError(f"hardware: unknown GPU {name!r}; known: {', '.join(GPUS)}")
     return GPUS[key]

@@ -42,7 +42,8 @@ def weight_breakdown(m: ModelProfile, p: ParallelConfig) -> dict[str, float]:
         "attention_split": m.n_layers * m.attention_sharded_params * wb / shards,
         "mla_absorbed_bf16": m.n_layers * m.absorbed_params * bf16 / shards,
         "dense_ffn": m.n_dense_layers * m.dense_ffn_params * wb / p.tp,
-        "routed_experts": m.n_moe_layers * m.n_routed_experts * m.expert_params * wb / p.expert_split,
+        "routed_experts": m.n_moe_layers * m.n_routed_experts * m.expert_params * m.expert_bytes_per_weight
+        / p.expert_split,
         "router_gates": m.n_moe_layers * m.router_params * bf16 if m.n_routed_experts else 0.0,
         "embeddings_and_head": m.embedding_params * bf16 * (1 if m.tied_embeddings else 2)
         / (shards if p.dp_attention else p.tp),

@@ -89,7 +89,7 @@ class TimingModel:
     # --- rooflines ----------------------------------------------------------------------------------------------------
     def _gemm(self, flops: float, nbytes: float, precision: str, kernels: str = "", **factors: float) -> GroupCost:
         g = self.gpu
-        rate = g.gemm_rate("fp8" if precision == "fp8" else "bf16", kernels or self.fp8_kernels) * \
+        rate = g.gemm_rate(precision, kernels or self.fp8_kernels) * \
             self.software.gemm_efficiency_scale
         return GroupCost(flops, nbytes, flops / rate, nbytes / (g.hbm_bandwidth * g.hbm_efficiency), factors)
 
@@ -139,7 +139,7 @@ class TimingModel:
         core_flops = (sum(m.attention_flops(n, c, absorbed=False) for n, c in prefill)
                       + sum(m.attention_flops(n, c, absorbed=True) for n, c in decode) * pad) / shards
         kv_split = 1 if m.attention == "mla" else min(shards, m.n_kv_heads)
-        kv_bytes = sum(n + c for n, c in prefill + decode) * m.kv_bytes_per_token / kv_split
+        kv_bytes = sum(m.kv_bytes_for(n + c) for n, c in prefill + decode) / kv_split
         groups["attention_core"] = self._attention_core(core_flops, kv_bytes, head_padding=pad)
 
         if m.n_moe_layers and m.n_shared_experts and p.ep > 1 and p.dp_attention:
@@ -221,16 +221,16 @@ class TimingModel:
 
     def _routed(self, tokens: int) -> GroupCost:
         m, p = self.model, self.parallel
-        wb, layers = m.bytes_per_weight, m.n_moe_layers
+        wb, layers = m.expert_bytes_per_weight, m.n_moe_layers
         if p.ep > 1:
             load = self._ep_load(tokens)
             return self._gemm(2.0 * m.expert_params * load.max_pairs * layers,
-                              layers * load.max_distinct_experts * m.expert_params * wb, m.weight_precision,
+                              layers * load.max_distinct_experts * m.expert_params * wb, m.expert_weight_precision,
                               self.moe_kernels, ep_imbalance=load.imbalance)
         t_tp = math.ceil(tokens * p.tp / p.gpus)
         load = expert_load(t_tp, m.n_routed_experts, m.experts_per_token, 1, m.n_expert_groups, m.topk_groups)
         return self._gemm(2.0 * m.expert_params * m.experts_per_token * t_tp * layers / p.tp,
-                          layers * load.mean_distinct_experts * m.expert_params * wb / p.tp, m.weight_precision,
+                          layers * load.mean_distinct_experts * m.expert_params * wb / p.tp, m.expert_weight_precision,
                           self.moe_kernels,
                           distinct_experts=load.mean_distinct_experts)
 

@@ -26,7 +26,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdserve.perfmodel.models import model_profile
+from pdserve.perfmodel.family_misses import STEP_MISSES
+from pdserve.perfmodel.hardware import GPUS, gpu
+from pdserve.perfmodel.models import WEIGHT_PRECISIONS, model_profile
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.software import SOFTWARE
 from pdserve.perfmodel.timing import TimingModel
@@ -56,6 +58,7 @@ KNOWN_MISSES: dict[str, str] = {
     "sglang-ep-decode-2k": "EP72 with 32 redundant experts (EPLB) at 256 requests per GPU: the real expert skew left "
                            "after EPLB is not modeled (uniform routing is the floor)",
 }
+KNOWN_MISSES.update(STEP_MISSES)
 THROUGHPUT_METRICS = ("prefill_throughput_per_node", "decode_throughput_per_gpu", "decode_throughput_per_node")
 
 
@@ -81,12 +84,14 @@ class Validation:
 
 def _gpu_name(hardware: str) -> str:
     h = hardware.upper()
+    if h in {k.upper() for k in GPUS}:  # a profile's own name (B200, A100-80G, L20, H100-NVL, ...)
+        return gpu(hardware).name
     for name in ("H200", "H100", "H800"):  # before "H20", which "H200" also starts with
         if h.startswith(name):
             return name
     if h.startswith("H20"):
         return "H20-141G" if "141" in h else "H20-96G"
-    raise ValueError(f"hardware {hardware!r} has no profile")
+    return gpu(hardware).name  # ValueError listing the known profiles
 
 
 def _unit_value(value: float, unit: str) -> float:
@@ -122,7 +127,9 @@ def scenario(row: dict, software: str | None = None) -> tuple[TimingModel | None
     dp = "dp_attention" in opts
     tp = gpus if (dp or not tp_match) else int(tp_match.group(1))
     awq = "awq" in row["precision"]
-    model = model_profile("deepseek-r1-awq" if awq else "deepseek-r1")
+    model = model_profile("deepseek-r1-awq" if awq else row.get("model") or "deepseek-r1")
+    if not awq and row["precision"] in WEIGHT_PRECISIONS:
+        model = model.with_weight_precision(row["precision"])
     if opts.get("kv"):
         model = model.with_kv_precision(opts["kv"])
     sw = SOFTWARE[software or opts.get("software") or ("vllm-awq" if awq else "sglang")]

@@ -50,14 +50,18 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     add_scheduler_args(g)
     g.add_argument("--ttft-p90", default="2s", help="SLO on the 90th percentile of TTFT (e.g. 2s, 800ms)")
     g.add_argument("--tpot-p90", default="50ms", help="SLO on the 90th percentile of TPOT")
-    g.add_argument("--hardware", default="H20-141G,H20-96G", help="GPU profiles to consider, comma separated "
-                   "(H20-96G, H20-141G, H800, H100, H200)")
+    g.add_argument("--hardware", default=None, help="GPU profiles to consider, comma separated (default: the "
+                   "--deployment's hardware if it names one, else H20-141G,H20-96G; pdserve perf --list shows all)")
+    add_deployment_flag(g, help="the model and software every candidate runs, KEY=V,.. (e.g. model=qwen3-235b-a22b,"
+                        "hardware=H20-96G,weight_precision=fp8); the planner chooses gpus, tp, ep and dp_attention")
     g.add_argument("--max-nodes", type=int, default=4, help="8-GPU nodes at most per deployment")
     g.add_argument("--probes", type=int, default=6, help="simulations per candidate (rate bisection)")
     g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
-    g.add_argument("--tp-sizes", default="8", help="attention TP degrees to try, comma separated (e.g. 8,4)")
+    g.add_argument("--tp-sizes", default="", help="attention TP degrees to try, comma separated (e.g. 8,4; default: "
+                   "per instance the largest that divides the model's heads, within a node)")
     g.add_argument("--instance-sizes", type=int, default=2,
-                   help="instance sizes per hardware: the N smallest whole-node sizes that hold the model")
+                   help="instance sizes per hardware: the N smallest (1, 2, 4 GPUs, then whole nodes) that hold the "
+                        "model")
     g.add_argument("--sensitivity", action="store_true",
                    help="re-evaluate the winner and the baseline under the timing model's known uncertainties")
     g.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.engine.sched.scheduler import SchedulerRole
-from pdserve.perfmodel.deployment import parse_deployment
+from pdserve.perfmodel.deployment import deployment_text, parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
 from pdserve.sim.explain import explain_requests, format_explain, scheduling_lines
 from pdserve.sim.report import format_instances, format_speed, format_summary, instance_rows, run_result, summary
@@ -20,7 +20,7 @@ from pdserve.workload.stats import parse_goodput, parse_percentiles
 
 
 def cluster_spec(a: argparse.Namespace) -> ClusterSpec:
-    base = parse_deployment(a.deployment)
+    base = parse_deployment(deployment_text(a))
     overrides = SchedulerOverrides.from_args(a)
     if a.colocated:
         pools = [Pool(SchedulerRole.BOTH, parse_deployment(a.decode_deployment, base, "decode_deployment"), a.colocated,

@@ -10,7 +10,8 @@ import sys
 import time
 
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.perfmodel.deployment import Deployment
+from pdserve.perfmodel.deployment import Deployment, deployment_from_args
+from pdserve.perfmodel.hardware import gpu
 from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from pdserve.sim.workload import build_workload
 from pdserve.workload.report import save_json
@@ -24,6 +25,17 @@ def parse_duration(text: str, name: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"{name}: expected a positive duration like 2s or 50ms, got {text!r}")
     return float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+
+
+def plan_hardware(text: str | None, base: Deployment, deployment_names_it: bool) -> list[str]:
+    """The GPU types to search: ``--hardware`` if given, else the one ``--deployment`` names, else the two H20s.
+    An unknown name is refused with the known ones."""
+    if text is None:
+        text = base.hardware if deployment_names_it else "H20-141G,H20-96G"
+    names = [h.strip() for h in text.split(",") if h.strip()]
+    if not names:
+        raise ValueError("hardware: name at least one GPU profile")
+    return [gpu(h).name for h in names]
 
 
 def _row(o: Outcome) -> dict:
@@ -115,18 +127,23 @@ def cmd_plan(a: argparse.Namespace) -> int:
     started = time.perf_counter()
     requests, _ = build_workload(a)
     planner = Planner(requests, slo, SchedulerOverrides.from_args(a), a.probes, a.burstiness, a.seed)
-    hardware = [h.strip() for h in a.hardware.split(",") if h.strip()]
+    modeled = deployment_from_args(a)
+    modeled.profile()  # an unknown model (or a config.json it cannot model) is refused here, naming the known ones
+    hardware = plan_hardware(a.hardware, modeled, "hardware=" in (a.deployment or ""))
     try:
         tp_sizes = tuple(int(x) for x in a.tp_sizes.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"tp_sizes: expected integers like 8,4, got {a.tp_sizes!r}") from None
-    if not tp_sizes or a.instance_sizes < 1:
-        raise ValueError("tp_sizes / instance_sizes: need at least one TP degree and one instance size")
+    if any(t <= 0 for t in tp_sizes) or a.instance_sizes < 1:
+        raise ValueError("tp_sizes / instance_sizes: TP degrees must be positive and one instance size is needed")
     pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True),
-                      tp_sizes=tp_sizes, sizes=a.instance_sizes, overrides=planner.overrides)
+                      tp_sizes=tp_sizes, sizes=a.instance_sizes, overrides=planner.overrides, base=modeled,
+                      gpus_per_node=modeled.gpus_per_node)
     if not pool:
-        raise ValueError(f"hardware: none of {', '.join(hardware)} holds the model within {a.max_nodes} nodes")
-    baseline = Candidate(BASELINE, 0, 1)
+        raise ValueError(f"hardware: none of {', '.join(hardware)} holds {modeled.profile().name} within "
+                         f"{a.max_nodes} nodes")
+    same_model = modeled.profile().name == BASELINE.profile().name and not modeled.model_config
+    baseline = Candidate(BASELINE, 0, 1) if same_model else Candidate(pool[0].deployment, 0, 1)
     outcomes = [planner.evaluate(c) for c in pool]
     base = next((o for o in outcomes if o.candidate.label() == baseline.label()), None) or planner.evaluate(baseline)
     ranked = sorted(outcomes, key=lambda o: -o.goodput_per_gpu)
@@ -161,7 +178,9 @@ def cmd_plan(a: argparse.Namespace) -> int:
         for hw, r in best_per_hw.items():
             print(f"  {hw:<9} {r['candidate']:<40} {r['goodput_per_gpu']:.3f} req/s/GPU")
         b = _row(base)
-        print(f"\nbaseline (the article's 8 x H20-141G TP8 EP8, colocated): {b['goodput']:.2f} req/s, "
+        what = "the article's 8 x H20-141G TP8 EP8, colocated" if same_model else \
+            f"the smallest instance that holds {modeled.profile().name}: {b['candidate']}"
+        print(f"\nbaseline ({what}): {b['goodput']:.2f} req/s, "
               f"{b['goodput_per_gpu']:.3f} per GPU (binds: {b['binding_slo']})")
         ratio = winner.goodput_per_gpu / base.goodput_per_gpu if base.goodput_per_gpu else float("inf")
         print(f"winner vs baseline: {ratio:.2f}x goodput per GPU\n")

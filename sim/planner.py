@@ -10,12 +10,13 @@ capacity (prefill seconds per prompt, decode batch within the TPOT SLO), so a fe
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, check_deployment
+from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
 from pdserve.workload.arrivals import arrival_stream
@@ -108,30 +109,63 @@ class Outcome:
         return "TTFT" if p.ttft_ratio >= p.tpot_ratio else "TPOT"
 
 
+MAX_DEFAULT_TP = 8  # tensor parallelism beyond one 8-GPU board is rare even inside a 72-GPU NVLink domain
+
+
+def instance_shapes(base: Deployment, hardware: str, max_nodes: int, gpus_per_node: int = 8,
+                    tp_sizes: tuple[int, ...] = ()) -> list[tuple[int, int, int]]:
+    """(GPUs, attention TP, EP) of the instances ``base``'s model can run on ``hardware``, smallest first: powers of
+    two inside a node (an NVLink domain: 72 GPUs for GB200), then whole nodes up to ``max_nodes``. TP divides the
+    attention heads and stays inside a node, at most 8 (``tp_sizes`` overrides it); routed experts spread over all the
+    instance's GPUs
+    (the largest degree that divides the expert count); a dense model has no expert parallelism."""
+    m = base.profile()
+    sizes = [2 ** k for k in range(7) if 2 ** k < gpus_per_node] + [n * gpus_per_node for n in range(1, max_nodes + 1)]
+    out = []
+    for g in sizes:
+        tps = [t for t in (tp_sizes or (min(g, gpus_per_node, MAX_DEFAULT_TP),))
+               if t <= g and g % t == 0 and m.n_heads % t == 0]
+        if m.n_routed_experts:
+            ep = max(e for e in range(1, g + 1) if g % e == 0 and m.n_routed_experts % e == 0)
+        else:
+            ep = 1
+        out += [(g, tp, ep) for tp in tps]
+    return out
+
+
 def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", gpus_per_node: int = 8,
                dp_attention: tuple[bool, ...] = (False, True), tp_sizes: tuple[int, ...] = (8,),
-               sizes: int = 2, overrides: SchedulerOverrides | None = None) -> list[Candidate]:
-    """Per GPU type, DP-attention setting and attention TP degree: instances of the ``sizes`` smallest whole-node
-    sizes that hold the model (experts spread over all the instance's GPUs: EP8 on one node, EP16 on two), each
-    colocated and in every x prefill + y decode layout within ``max_nodes``. "Hold" as the scheduler will run it: with
-    the software's memory fraction for that layout (SGLang reserves more with DP attention) or the user's."""
+               sizes: int = 2, overrides: SchedulerOverrides | None = None,
+               base: Deployment | None = None) -> list[Candidate]:
+    """Per GPU type, DP-attention setting and attention TP degree: instances of the ``sizes`` smallest sizes that
+    hold the model (:func:`instance_shapes`: EP8 on one node, EP16 on two for an MoE model), each colocated and in
+    every x prefill + y decode layout within ``max_nodes``. "Hold" as the scheduler will run it: with the software's
+    memory fraction for that layout (SGLang reserves more with DP attention) or the user's. ``base`` carries the
+    model (or its config.json), software and precisions; DP attention is tried for MoE models only."""
+    base = base or Deployment(model=model)
+    moe = bool(base.profile().n_routed_experts)
     out = []
-    for hw, dp, tp in itertools.product(hardware, dp_attention, tp_sizes):
-        found = 0
-        for nodes in range(1, max_nodes + 1):
-            if found == sizes:
+    for hw, dp in itertools.product(hardware, dp_attention if moe else (False,)):
+        found, last_size = 0, 0
+        gpn = max(gpus_per_node, gpu_by_name(hw).nvlink_domain)  # a GB200 "node" is its 72-GPU NVLink rack
+        for gpus, tp, ep in instance_shapes(base, hw, max_nodes, gpn, tp_sizes):
+            if found == sizes and gpus != last_size:
                 break
-            d = Deployment(model=model, hardware=hw, gpus=nodes * gpus_per_node, tp=tp, ep=nodes * gpus_per_node,
-                           dp_attention=dp, gpus_per_node=gpus_per_node)
+            if dp and gpus == 1:
+                continue
+            d = replace(base, hardware=hw, gpus=gpus, tp=tp, ep=ep, dp_attention=dp, gpus_per_node=gpn, _cache={})
             try:
                 check_deployment(d)
                 modeled_scheduling(d, SchedulerRole.DECODE, overrides)
             except ValueError:
                 continue
-            found += 1
-            if dp and tp != tp_sizes[0]:
-                break  # with DP attention the TP degree only splits the dense layers: one of them is enough
+            if gpus != last_size:
+                found += 1
+                last_size = gpus
+            elif dp:
+                continue  # with DP attention the TP degree only splits the dense layers: one of them is enough
             out.append(Candidate(d, 0, 1))
+            nodes = -(-gpus // gpn)
             for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
                 if (x + y) * nodes <= max_nodes:
                     out.append(Candidate(d, x, y))

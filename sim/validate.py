@@ -30,6 +30,7 @@ from pathlib import Path
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import parse_deployment
+from pdserve.perfmodel.family_misses import SERVING_MISSES
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import summary
 from pdserve.workload.arrivals import arrival_stream
@@ -89,6 +90,7 @@ KNOWN_MISSES: dict[str, str] = {
                              "and turned off; the model prices TP8 MoE at Triton's rate (SGLang v0.5.3 on the same "
                              "workloads, the calibration rows: 12-14%)") for n in ("4k200", "2k100")},
 }
+KNOWN_MISSES.update(SERVING_MISSES)
 
 
 @dataclass

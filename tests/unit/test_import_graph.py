@@ -202,3 +202,17 @@ def test_only_the_kvstores_fault_service_imports_the_test_protos():
         for path in folder.rglob("*.py"):
             if path not in allowed:
                 assert not any(n.startswith("pdserve.testing") for n in _module_imports(path)), path
+
+
+TEST_THEMES = {"security", "faults", "docs", "deploy", "protos", "examples"}  # stack-wide concerns and non-packages
+
+
+@pytest.mark.parametrize("kind", ["unit", "stack"])
+def test_tests_mirror_the_source_tree(kind):
+    """A test lives in the folder of the package it exercises (or of a stack-wide theme), not flat beside the rest."""
+    folder = ROOT / "tests" / kind
+    flat = sorted(p.name for p in folder.glob("test_*.py") if p.name != "test_import_graph.py")
+    assert flat == [], f"move these into tests/{kind}/<package>/"
+    unknown = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__"
+                     and p.name not in FOLDERS and p.name not in TEST_THEMES)
+    assert unknown == [], "name a test folder after a package or add the theme to TEST_THEMES"
