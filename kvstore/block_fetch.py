@@ -12,7 +12,7 @@ from pdserve.kvstore import socket_transfer
 from pdserve.kvstore.block_data import BlockData, KVIntegrityError
 from pdserve.kvstore.mac import MacMismatch
 from pdserve.kvstore.shm_transfer import REFUSALS
-from pdserve.kvstore.store import checksum
+from pdserve.kvstore.stored import checksum
 from pdserve.v1 import kvstore_pb2
 
 if TYPE_CHECKING:

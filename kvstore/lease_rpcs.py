@@ -15,7 +15,7 @@ from pdserve.common.status import abort_exhausted, abort_invalid
 from pdserve.engine.params import InvalidParameter
 from pdserve.kvstore import metrics
 from pdserve.kvstore.contract import check_lease_id, check_lease_ttl
-from pdserve.kvstore.store import LeaseExists, LeaseQuota, StoreFull, UnknownLease
+from pdserve.kvstore.stored import LeaseExists, LeaseQuota, StoreFull, UnknownLease
 from pdserve.v1 import kvstore_pb2
 
 T = TypeVar("T")

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from pdserve.kvstore.store import MacMismatch, block_views
+from pdserve.kvstore.stored import MacMismatch, block_views
 
 WRITER_BYTES, NONCE_BYTES, TAG_BYTES = 16, 12, 16
 MAC_BYTES = WRITER_BYTES + NONCE_BYTES + TAG_BYTES

@@ -17,7 +17,7 @@ from pdserve.common.status import abort_code, abort_exhausted
 from pdserve.kvstore import metrics, shm
 from pdserve.kvstore.contract import check_lease_id, check_lease_ttl
 from pdserve.kvstore.lease_rpcs import checked
-from pdserve.kvstore.store import ChecksumMismatch, MacMismatch, StoreFull, UnknownLease
+from pdserve.kvstore.stored import ChecksumMismatch, MacMismatch, StoreFull, UnknownLease
 from pdserve.kvstore.wire import BlockAssembler, InlineBlock, chunk_bytes
 from pdserve.v1 import kvstore_pb2
 

@@ -14,13 +14,8 @@ from pdserve.kvstore import metrics, shm
 from pdserve.kvstore.contract import UNKNOWN_LEASE, check_lease_id, check_wait_s
 from pdserve.kvstore.lease_rpcs import LeaseRPCs, checked
 from pdserve.kvstore.put import PutRPC
-from pdserve.kvstore.store import (
-    Block,
-    BlockStore,
-    ChecksumMismatch,
-    MacMismatch,
-    block_views,
-)
+from pdserve.kvstore.store import BlockStore
+from pdserve.kvstore.stored import Block, ChecksumMismatch, MacMismatch, block_views
 from pdserve.kvstore.wire import chunks_of
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 

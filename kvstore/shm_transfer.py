@@ -11,7 +11,7 @@ import grpc
 
 from pdserve.kvstore import shm as shm_files
 from pdserve.kvstore.block_data import BlockData, KVIntegrityError
-from pdserve.kvstore.store import block_views
+from pdserve.kvstore.stored import block_views
 from pdserve.v1 import kvstore_pb2
 
 log = logging.getLogger("pdserve.kvstore.client")

@@ -10,114 +10,41 @@ The byte budget is the store's memory, not only its payload: each block is charg
 that carried them), its key and a fixed overhead for the Python objects around it; each lease and each block a lease
 holds are charged too, and so are the bytes of Puts still arriving (:meth:`reserve`). A block count limit bounds the
 bookkeeping of tiny blocks. Every count is kept as it changes: no operation walks the whole store (eviction takes
-unleased blocks from the front of their own LRU order, expiry takes leases from a heap by deadline). The file is one
-class past 300 lines because those counters change together and are easier to check in one place.
+unleased blocks from the front of their own LRU order, expiry takes leases from a heap by deadline).
 """
 
 from __future__ import annotations
 
-import heapq
 import time
-
-try:  # the same CRC32, computed with carry-less multiply instructions: several times zlib's speed
-    from zlib_ng.zlib_ng import crc32 as _crc32
-except ImportError:  # pragma: no cover - zlib-ng is a dependency; plain zlib gives the same numbers
-    from zlib import crc32 as _crc32
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from pdserve.engine.kv.blocks import leading_hits
 from pdserve.kvstore.contract import UNKNOWN_LEASE
+from pdserve.kvstore.stored import (
+    Block,
+    ChecksumMismatch,
+    Lease,
+    LeaseDeadlines,
+    LeaseExists,
+    LeaseQuota,
+    MacMismatch,
+    StoreFull,
+    UnknownBlock,
+    UnknownLease,
+    block_charge,
+    checksum,
+)
 
 DEFAULT_MAX_LEASES_PER_OWNER = 16384  # leases one caller identity may hold at once (a router: requests x samples)
 RELEASED_KEPT = 100_000  # released lease ids remembered, so a Put or Acquire racing a release cannot revive one
 DEFAULT_CAPACITY_MB = 2048.0  # byte budget of one kvstore shard unless told otherwise
 DEFAULT_MAX_BLOCKS = 1 << 20  # blocks one shard holds at most, whatever their size
 MAX_LEASES = 100_000  # live leases at once (one per request waiting for decode, and one per extra sample)
-# Memory charged per block beyond its bytes, and per lease and per block a lease holds: the Python objects around them
-# (measured with tracemalloc by tests/unit/kvstore/test_kvstore.py, which fails if the real cost exceeds these)
-BLOCK_OVERHEAD_BYTES = 656  # (two slots more since the dtype and the MAC joined the block)
-BYTES_OBJECT_OVERHEAD = 48  # a bytes object's header and allocator rounding, per message a block is held in
+# Memory charged per lease and per block a lease holds: the Python objects around them (measured with tracemalloc by
+# tests/unit/kvstore/test_kvstore.py, which fails if the real cost exceeds these; a block's own: kvstore/stored.py)
 LEASE_OVERHEAD_BYTES = 512
 LEASE_ENTRY_BYTES = 288
-
-
-class StoreFull(Exception):
-    """No room even after evicting every unleased block."""
-
-
-class ChecksumMismatch(Exception):
-    """Stored or received bytes do not match their checksum."""
-
-
-class MacMismatch(Exception):
-    """A block's bytes, key or token count do not match its MAC (``kvstore/mac.py``)."""
-
-
-class UnknownBlock(KeyError):
-    pass
-
-
-class UnknownLease(Exception):
-    """The lease was never created here (leases are created by the router; a shard that was down then, or restarted
-    since, never saw it), or has expired. Its text starts with the contract's :data:`UNKNOWN_LEASE`
-    (``kvstore/contract.py``), for clients to tell it apart."""
-
-
-class LeaseExists(Exception):
-    """A lease is created once: the id is in use or was used before."""
-
-
-class LeaseQuota(Exception):
-    """The caller holds as many leases as it may."""
-
-
-@dataclass(slots=True)
-class Block:
-    key: str
-    token_count: int
-    data: bytes  # or any object of that length that checksum() reads (the kvstore keeps a kvstore.wire.WireBlock)
-    crc32: int
-    charge: int = 0  # bytes of the budget it takes (block_charge)
-    leases: set[str] | None = None  # made with the first lease: most blocks are never leased twice
-    kv_dtype: str = ""  # the writer's (BlockHeader.kv_dtype), sent back with the block
-    mac: bytes = b""
-
-
-@dataclass(slots=True)
-class Lease:
-    expires_at: float
-    owner: str = ""  # the identity that created it (its quota counts it)
-    keys: set[str] = field(default_factory=set)
-
-
-def block_views(data):
-    """A block's bytes as bytes-like pieces: ``data`` itself, or the pieces of one that has ``views()``
-    (kvstore.wire.WireBlock)."""
-    views = getattr(data, "views", None)
-    return (data,) if views is None else views()
-
-
-def checksum(data, previous: int = 0) -> int:
-    """CRC32 (zlib's polynomial) of ``data`` (see :func:`block_views`), continuing from ``previous`` (the CRC32 of
-    the bytes before it)."""
-    for view in block_views(data):
-        previous = _crc32(view, previous)
-    return previous & 0xFFFFFFFF
-
-
-def held_bytes(data) -> int:
-    """The memory ``data`` keeps alive: a kvstore.wire.WireBlock holds whole messages (headers and all)."""
-    messages = getattr(data, "messages", None)
-    if messages is None:
-        return len(data) + BYTES_OBJECT_OVERHEAD
-    return sum(len(m) + BYTES_OBJECT_OVERHEAD for m in messages)
-
-
-def block_charge(key: str, data) -> int:
-    """What a block costs the budget: its bytes as held, its key, and the objects that keep it."""
-    return held_bytes(data) + len(key) + BLOCK_OVERHEAD_BYTES
 
 
 class BlockStore:
@@ -134,7 +61,7 @@ class BlockStore:
         self.evictable: OrderedDict[str, None] = OrderedDict()  # unleased blocks, least recently used first
         self.leases: dict[str, Lease] = {}
         self.leases_by_owner: Counter[str] = Counter()
-        self._deadlines: list[tuple[float, str]] = []  # (expires_at, lease id) heap; renewed leases leave stale rows
+        self._deadlines = LeaseDeadlines()
         self.released: OrderedDict[str, None] = OrderedDict()  # recently released lease ids, oldest first
         self.bytes_used = 0  # everything charged: blocks, leases, Puts still arriving
         self.reserved = 0  # the part of it that Puts still arriving hold
@@ -176,10 +103,8 @@ class BlockStore:
 
     # --- leases ---------------------------------------------------------------------------------------------------
     def expire_leases(self) -> int:
-        now = self.clock()
-        expired = 0
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, lease_id = heapq.heappop(self._deadlines)
+        now, expired = self.clock(), 0
+        for lease_id in self._deadlines.due(now):
             lease = self.leases.get(lease_id)
             if lease is not None and lease.expires_at <= now:  # (a renewed lease has a later row)
                 self._drop_lease(lease_id)
@@ -188,10 +113,7 @@ class BlockStore:
 
     def _set_deadline(self, lease_id: str, lease: Lease, expires_at: float) -> None:
         lease.expires_at = expires_at
-        heapq.heappush(self._deadlines, (expires_at, lease_id))
-        if len(self._deadlines) > 4 * len(self.leases) + 1024:  # rows of renewed or gone leases: rebuild
-            self._deadlines = [(lease.expires_at, lid) for lid, lease in self.leases.items()]
-            heapq.heapify(self._deadlines)
+        self._deadlines.push(lease_id, expires_at, self.leases)
 
     def create_lease(self, lease_id: str, ttl_s: float, owner: str = "") -> None:
         """A new lease holding nothing yet; LeaseExists if the id was ever used, LeaseQuota past the owner's bound,
@@ -380,15 +302,3 @@ class BlockStore:
         if n:
             self._lease(lease_id, ttl_s, keys[:n])
         return n
-
-    def corrupt(self, key: str, keep_checksum_valid: bool = False) -> None:
-        """Flip one byte of a stored block (fault injection for tests); ``keep_checksum_valid``: and rewrite its
-        CRC32 to match, as an attacker who can write the bytes would (only the MAC tells then)."""
-        block = self.blocks.get(key)
-        if block is None:
-            raise UnknownBlock(key)
-        data = bytearray(block.data.tobytes() if hasattr(block.data, "tobytes") else block.data)
-        data[len(data) // 2] ^= 0xFF
-        block.data = bytes(data)
-        if keep_checksum_valid:
-            block.crc32 = checksum(block.data)

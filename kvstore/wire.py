@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from pdserve.kvstore.store import checksum
+from pdserve.kvstore.stored import checksum
 from pdserve.v1 import kvstore_pb2
 
 CHUNK_BYTES = 1 << 20  # 1 MiB, far below gRPC's 4 MiB default

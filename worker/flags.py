@@ -21,8 +21,9 @@ from pdserve.kvstore.client import KVStoreClient
 from pdserve.perfmodel.deployment import add_deployment_flag
 from pdserve.worker.clock import KV_LINKS, PACE_MODES
 from pdserve.worker.config import WorkerConfig
+from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS
 from pdserve.worker.metrics import TOKEN_BUDGET
-from pdserve.worker.worker import DEFAULT_COMPUTE_CHUNK_TOKENS, DEFAULT_STEP_NICE, Worker
+from pdserve.worker.worker import DEFAULT_STEP_NICE, Worker
 
 MAX_SLAB_SEQS = 256  # the decode slab's slots; a larger modeled batch keeps the rest in private KV arrays
 

@@ -26,35 +26,13 @@ from pdserve.engine.sequence import Sequence
 from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.v1 import common_pb2
 from pdserve.worker.clock import StepClock
+from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS, compute_pieces
 from pdserve.worker.metrics import ITL, PROMPT_FORWARDS
 
 log = logging.getLogger("pdserve.worker")
 
 TokenEvent = tuple[list[int], StepResult]
 DEFAULT_STEP_NICE = 5
-# Tokens one prompt forward computes on this machine. The step budget (--max-num-batched-tokens) composes and prices
-# steps as the modeled engine would; a step's prompt tokens are computed in forwards of at most this many, so that
-# the KV a forward completes is stored while the next computes. 512 rows keep the products at full BLAS speed on
-# 2 cores and let four forwards of a 2,048-token step overlap their Puts (docs/benchmarks.md measures it).
-DEFAULT_COMPUTE_CHUNK_TOKENS = 512
-
-
-def compute_pieces(chunks: list[tuple[Sequence, int]], budget: int) -> list[list[tuple[Sequence, int]]]:
-    """A step's prompt chunks as forwards of at most ``budget`` tokens, in order; a chunk longer than what is left
-    of a forward continues in the next (its tokens stay in order: chunked prefill within the step)."""
-    pieces: list[list[tuple[Sequence, int]]] = [[]]
-    room = budget
-    for seq, n in chunks:
-        while n:
-            if not room:
-                pieces.append([])
-                room = budget
-            take = min(n, room)
-            pieces[-1].append((seq, take))
-            n, room = n - take, room - take
-    return [p for p in pieces if p]
-
-
 class WorkerFull(Exception):
     """The worker holds as many requests as it may (``--max-queue``)."""
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from pdserve.kvstore.mac import BlockMAC
-from pdserve.kvstore.store import checksum
+from pdserve.kvstore.stored import checksum
 from pdserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, kvstore_pb2, kvstore_pb2_grpc, router_pb2, router_pb2_grpc
 from tests.helpers import router_lease
 

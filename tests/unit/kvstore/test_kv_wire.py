@@ -5,7 +5,9 @@ import zlib
 
 import pytest
 
-from pdserve.kvstore.store import BlockStore, block_charge, checksum
+from pdserve.kvstore.faults import corrupt_block
+from pdserve.kvstore.store import BlockStore
+from pdserve.kvstore.stored import block_charge, checksum
 from pdserve.kvstore.wire import (
     CHUNK_BYTES,
     BlockAssembler,
@@ -89,7 +91,7 @@ def test_store_keeps_wire_blocks_and_catches_their_corruption():
     store.put("k", 4, WireBlock.from_bytes(data), zlib.crc32(data))
     assert store.bytes_used == block_charge("k", store.blocks["k"].data) > len(data)
     assert store.get("k").data.tobytes() == data
-    store.corrupt("k")
+    corrupt_block(store, "k")
     with pytest.raises(Exception, match="checksum"):
         store.get("k")
     assert "k" not in store.blocks and store.bytes_used == 0

@@ -8,20 +8,11 @@ import zlib
 
 import pytest
 
+from pdserve.kvstore.faults import corrupt_block
 from pdserve.kvstore.mac import BlockMAC
 from pdserve.kvstore.placement import rendezvous_shard
-from pdserve.kvstore.store import (
-    LEASE_ENTRY_BYTES,
-    LEASE_OVERHEAD_BYTES,
-    BlockStore,
-    ChecksumMismatch,
-    LeaseExists,
-    LeaseQuota,
-    MacMismatch,
-    StoreFull,
-    UnknownLease,
-    block_charge,
-)
+from pdserve.kvstore.store import LEASE_ENTRY_BYTES, LEASE_OVERHEAD_BYTES, BlockStore
+from pdserve.kvstore.stored import ChecksumMismatch, LeaseExists, LeaseQuota, MacMismatch, StoreFull, UnknownLease, block_charge
 from pdserve.kvstore.wire import BlockAssembler, InlineBlock, chunks_of, decoder
 from pdserve.v1 import kvstore_pb2
 
@@ -302,7 +293,7 @@ def test_blocks_must_carry_the_stacks_mac_on_put_and_keep_it_on_every_get():
     assert store.mac_failures == 2 and not store.blocks
     store.put("k", 2, data, crc(data), "L", 5, mac=mac.sign("k", 2, data))
     assert store.get("k").data == data
-    store.corrupt("k", keep_checksum_valid=True)  # bytes and CRC rewritten: only the MAC tells
+    corrupt_block(store, "k", keep_checksum_valid=True)  # bytes and CRC rewritten: only the MAC tells
     with pytest.raises(MacMismatch):
         store.get("k")
     assert "k" not in store.blocks and store.mac_failures == 3  # dropped and counted, never served

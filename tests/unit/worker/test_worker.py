@@ -14,7 +14,8 @@ from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.timing import TimingModel
 from pdserve.worker.clock import StepClock
-from pdserve.worker.worker import Worker, compute_pieces
+from pdserve.worker.forwards import compute_pieces
+from pdserve.worker.worker import Worker
 
 PARAMS = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
 
