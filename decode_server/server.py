@@ -52,7 +52,7 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "nvlink",
+    def __init__(self, worker: Worker, kv: KVStoreClient | None, kv_link: str = "auto",
                  kv_load_failure_policy: str = "recompute",
                  max_prefetches: int = DEFAULT_MAX_PREFETCHES,
                  prefetch_hold_s: float = DEFAULT_PREFETCH_HOLD_S) -> None:

@@ -5,10 +5,14 @@ A request arrives (at its offset, or when the client's concurrency cap frees a s
 (router/policy.py) picks a prefill instance, and after the serving front end's latency (HTTP, tokenization, the hops
 to the scheduler: the software's fitted per-request overhead) the instance reuses the cached prefix and computes the
 rest in its scheduler's steps (the software's scheduling profile: common/scheduling.py). Once the first token is
-sampled the router picks a decode instance (least KV usage, then fewest running) and the KV crosses the modeled link
-(NVLink when both instances share a node, RDMA otherwise; transfers out of one instance go one after another). The
-decode instance admits it under its KV budget (the modeled deployment's KV capacity), decodes until the workload's
-output length, preempting and recomputing when the budget runs out. Colocated instances take the request whole.
+sampled the router picks a decode instance (least KV usage, then fewest running) and the KV is handed off as
+perfmodel/handoff.py prices it (the handshake, then the part of the transfer the prefill's chunks did not already
+send, over NVLink when both instances share a node, RDMA otherwise; a prefill instance runs as many transfers at once
+as its NICs carry, the rest wait for a free one). The first token goes out when the decode side holds the KV and its
+loop comes round (the end of the decode step in progress), as SGLang's decode server emits the prefill's token and
+vLLM's proxy streams the decode's. The decode instance admits it under its KV budget (the modeled deployment's KV
+capacity), decodes until the workload's output length, preempting and recomputing when the budget runs out.
+Colocated instances take the request whole.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pdserve.engine.scheduler import Role
 from pdserve.engine.scheduler_flags import SchedulerOverrides
 from pdserve.engine.stop import FinishReason
 from pdserve.perfmodel.deployment import Deployment
+from pdserve.perfmodel.handoff import HandOff
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.sim.events import ARRIVAL, KICK, EventQueue
 from pdserve.sim.instance import Instance
@@ -99,7 +104,7 @@ class Cluster:
             scheduling = modeled_scheduling(pool.deployment, pool.role, pool.overrides, kv_blocks, spec.block_tokens)
             d = scheduling.deployment
             key = (d.model, d.hardware, d.gpus, d.tp, d.ep, d.dp_attention, d.software, d.kv_precision,
-                   d.gpus_per_node, d.two_batch_overlap)
+                   d.gpus_per_node, d.two_batch_overlap, d.nics, d.nic_gbps)
             timer = timers.setdefault(key, StepTimer(d.timing()))
             if pool.role is Role.PREFILL:
                 prefill_kv += d.memory().max_kv_tokens * pool.count
@@ -126,6 +131,7 @@ class Cluster:
         self.sequences: list[SimSequence] = []
         self.failed: dict[int, str] = {}
         self._kicked: set[int] = set()
+        self._handoffs: dict[tuple[int, int], HandOff] = {}
 
     @property
     def instances(self) -> list[Instance]:
@@ -243,15 +249,30 @@ class Cluster:
         seq.decode_instance = dst.name
         dst.inflight += 1  # chosen now, before the KV lands (as the router's count)
         link = "nvlink" if inst.shares_node(dst) else "rdma"
+        handoff = self.handoff(inst, dst)
         tokens = seq.kv.length
-        start = max(now, inst.link_free_at)
-        inst.link_free_at = start + inst.timer.transfer_seconds(tokens, link)
-        seq.transfer_s = inst.link_free_at - now
-        nbytes = inst.timer.timing.kv_bytes(tokens)
+        if len(inst.lanes_free_at) != handoff.lanes:
+            inst.lanes_free_at = [0.0] * handoff.lanes
+        lane = min(range(handoff.lanes), key=inst.lanes_free_at.__getitem__)
+        start = max(now, inst.lanes_free_at[lane])
+        landed = start + handoff.seconds(tokens, link, inst.chunk_tokens)
+        inst.lanes_free_at[lane] = landed
+        seq.transfer_s = landed - now
+        nbytes = handoff.kv_bytes(tokens)
         inst.stats.transfer_bytes += nbytes
         inst.stats.transfers.append((start, nbytes))
-        self.clock.at(inst.link_free_at, self._landed, dst, seq)
+        self.clock.at(landed, self._landed, dst, seq)
+
+    def handoff(self, src: Instance, dst: Instance) -> HandOff:
+        key = (id(src.timer), id(dst.timer))
+        h = self._handoffs.get(key)
+        if h is None:
+            h = self._handoffs[key] = HandOff.between(src.timer.timing, dst.timer.timing,
+                                                      src.deployment.transfer_engine)
+        return h
 
     def _landed(self, dst: Instance, seq: SimSequence) -> None:
+        """The decode side holds the KV: the first token goes out once its loop comes round."""
+        seq.first_token_s = seq.last_token_s = max(self.clock.now, dst.busy_until if dst.busy else 0.0)
         dst.inflight -= 1  # _admit counts it again
         self._admit(dst, seq)

@@ -29,7 +29,9 @@ MAX_SLAB_SEQS = 256  # the decode slab's slots; a larger modeled batch keeps the
 def add_clock_flags(parser) -> None:
     """The modeled deployment and the pacing of a worker's clock (each flag also reads its PDSERVE_* variable)."""
     add_deployment_flag(parser)
-    parser.add_argument("--kv-link", default="nvlink", choices=KV_LINKS, help="modeled path of the KV hand-off")
+    parser.add_argument("--kv-link", default="auto", choices=KV_LINKS,
+                        help="modeled path of the KV hand-off (auto: NVLink when a prefill and a decode instance of "
+                             "the deployment fit in one node, RDMA otherwise, as the simulator places them)")
     parser.add_argument("--pace", default="off", choices=PACE_MODES,
                         help="realtime: each step lasts at least its modeled time x time-scale")
     parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per modeled second when pacing")
@@ -39,7 +41,9 @@ def clock_from_args(args) -> StepClock:
     """The worker's clock for the deployment its flags describe; ValueError (naming the field) if it cannot run."""
     deployment = deployment_from_args(args)
     check_deployment(deployment)
-    return StepClock(deployment.timing(), args.pace, args.time_scale)
+    prefill = modeled_scheduling(deployment, Role.PREFILL, SchedulerOverrides.from_args(args)).config
+    return StepClock(deployment.timing(), args.pace, args.time_scale, deployment.handoff(),
+                     prefill.max_num_batched_tokens if prefill.policy.chunked else 0)
 
 
 def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
