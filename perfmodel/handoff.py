@@ -48,6 +48,10 @@ class TransferEngine:
     page_tokens: int  # KV page the operations move (FlashMLA's 64-token pages for MLA on both stacks)
     streaming: str  # "chunk": each prefill chunk's KV leaves after its forward; "after": once the whole prefill is done
     merges_pages: bool  # contiguous pages become one operation per layer
+    # when the client sees the first token once the KV has landed: "loops" (SGLang: the router streams the decode's
+    # output only once the prefill's reply is back too, which its loop sends at its next turn, and the decode's loop
+    # admits the request at its next turn), "decode_step" (vLLM: the decode computes the first token in its first step)
+    first_token: str
     source: str
 
 
@@ -58,13 +62,15 @@ ENGINES: dict[str, TransferEngine] = {
     # the transfer ~30 us [E]; ~1 us to post one RDMA write [E].
     "mooncake": TransferEngine("mooncake", handshake_s=2.0e-3, latency_s=30 * MICRO, per_op_s=1 * MICRO,
                                page_tokens=64, streaming="chunk", merges_pages=True,
+                               first_token="loops",
                                source="sgl-project/sglang python/sglang/srt/disaggregation/mooncake/conn.py; "
-                                      "kvcache-ai/Mooncake docs (transfer engine batch API)"),
+                                      "kvcache-ai/Mooncake docs (transfer engine batch API); the router waiting for "
+                                      "both replies: sgl-project/sglang issue 22853"),
     # NIXL under vLLM V1: the reply of the prefill (an HTTP round trip through the proxy) carries the block ids; the
     # decode pulls with one READ descriptor per block per layer, no merging; its scheduler sees the finished load at
     # the next step [E for the figures; mechanism from nixl_connector.py].
     "nixl": TransferEngine("nixl", handshake_s=3.0e-3, latency_s=50 * MICRO, per_op_s=1 * MICRO, page_tokens=64,
-                           streaming="after", merges_pages=False,
+                           streaming="after", merges_pages=False, first_token="decode_step",
                            source="vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py"),
 }
 

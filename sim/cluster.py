@@ -8,9 +8,10 @@ rest in its scheduler's steps (the software's scheduling profile: common/schedul
 sampled the router picks a decode instance (least KV usage, then fewest running) and the KV is handed off as
 perfmodel/handoff.py prices it (the handshake, then the part of the transfer the prefill's chunks did not already
 send, over NVLink when both instances share a node, RDMA otherwise; a prefill instance runs as many transfers at once
-as its NICs carry, the rest wait for a free one). The first token goes out when the decode side holds the KV and its
-loop comes round (the end of the decode step in progress), as SGLang's decode server emits the prefill's token and
-vLLM's proxy streams the decode's. The decode instance admits it under its KV budget (the modeled deployment's KV
+as its NICs carry, the rest wait for a free one). With SGLang the first token goes out when the decode side holds the
+KV and both loops came round (the ends of the prefill and decode steps in progress: its router streams the decode's
+output once the prefill's reply, sent at the prefill loop's next turn, is back too); with vLLM's proxy it is the
+decode's first step's token. The decode instance admits it under its KV budget (the modeled deployment's KV
 capacity), decodes until the workload's output length, preempting and recomputing when the budget runs out.
 Colocated instances take the request whole.
 """
@@ -261,7 +262,7 @@ class Cluster:
         nbytes = handoff.kv_bytes(tokens)
         inst.stats.transfer_bytes += nbytes
         inst.stats.transfers.append((start, nbytes))
-        self.clock.at(landed, self._landed, dst, seq)
+        self.clock.at(landed, self._landed, inst, dst, seq, handoff)
 
     def handoff(self, src: Instance, dst: Instance) -> HandOff:
         key = (id(src.timer), id(dst.timer))
@@ -271,8 +272,15 @@ class Cluster:
                                                       src.deployment.transfer_engine)
         return h
 
-    def _landed(self, dst: Instance, seq: SimSequence) -> None:
-        """The decode side holds the KV: the first token goes out once its loop comes round."""
-        seq.first_token_s = seq.last_token_s = max(self.clock.now, dst.busy_until if dst.busy else 0.0)
+    def _landed(self, src: Instance, dst: Instance, seq: SimSequence, handoff: HandOff) -> None:
+        """The decode side holds the KV. SGLang: the first token goes out once both loops came round (the prefill's,
+        which sends its reply, and the decode's, which admits the request); vLLM: with the decode's first step."""
+        now = self.clock.now
+        if handoff.engine.first_token == "decode_step":
+            seq.first_from_decode = True
+            seq.last_token_s = now
+        else:
+            turns = [now] + [i.busy_until for i in (src, dst) if i.busy]
+            seq.first_token_s = seq.last_token_s = max(turns)
         dst.inflight -= 1  # _admit counts it again
         self._admit(dst, seq)
