@@ -92,3 +92,22 @@ def test_vllm_first_token_is_the_decode_steps():
     landed = d.timing().prefill_time([1000]).seconds + first.transfer_s
     steps = [start + dur for start, dur, *_ in cluster.decodes[0].stats.trace if start >= landed - 1e-12]
     assert first.first_token_s == pytest.approx(steps[0])
+
+
+def test_validation_replays_a_pd_row_with_per_role_deployments_and_tables_it_apart():
+    from pdserve.sim.validate import format_markdown, format_table, pools, replay
+
+    row = {"id": "pd-example", "split": "held-out", "not_modeled": "", "scheduler": "",
+           "deployment": f"prefill 1 x {TP16}; decode 2 x {DP16}", "pd_disaggregated": "yes (1P2D)",
+           "workload": "input=1000:1000,output=8:8,prompts=6,concurrency=2", "mean_ttft_ms": "300",
+           "mean_tpot_ms": "30", "gpus": "48", "notes": ""}
+    roles = [(p.role, p.count, p.deployment.dp_attention) for p in pools(row["deployment"], None)]
+    assert roles == [(Role.PREFILL, 1, False), (Role.DECODE, 2, True)]
+    r = replay(row)
+    assert r.pd and {f.name for f in r.figures} == {"mean TTFT", "mean TPOT"}
+    colocated = replay(dict(row, id="colo", deployment=DP16, pd_disaggregated="no"))
+    table, md = format_table([colocated, r]), format_markdown([colocated, r])
+    assert "P/D held-out rows" in table and "colocated held-out rows" in table
+    assert md.index("**colocated, held-out**") < md.index("**P/D, held-out**")
+    with pytest.raises(ValueError, match="deployment"):
+        pools("prefill one x hardware=H200", None)
