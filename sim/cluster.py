@@ -231,7 +231,7 @@ class Cluster:
                 self._prefilled(inst, seq)
             elif result.finished:
                 inst.inflight -= 1
-                seq.finish_s = now
+                seq.finish_s = seq.last_token_s  # (later than now for tokens held back behind the first)
                 self._done(seq)
         self._step(inst)  # the worker loop goes straight on
 

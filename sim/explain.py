@@ -15,7 +15,7 @@ from pdserve.sim.cluster import SimResult
 
 PARTS = (("frontend", "front end (HTTP, tokenization, hops)"), ("queue", "queue before its prompt's steps"),
          ("prefill", "prefill steps of its prompt"), ("transfer", "KV hand-off to decode (handshake, transfer)"),
-         ("waiting", "waiting between tokens (other prompts' steps, preemption)"),
+         ("waiting", "waiting between tokens (other prompts, preemption; <0: held)"),
          ("decode", "decode steps that made its tokens"))
 
 

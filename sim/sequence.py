@@ -94,6 +94,9 @@ class SimSequence:
             self.first_token_s = now
             self.first_from_decode = False
         else:
+            # a token made before the first one reached the client (SGLang's router holding the decode's stream until
+            # the prefill's reply is back) leaves with it, in a burst
+            now = max(now, self.last_token_s)
             self.itl_s.append(now - self.last_token_s)
             self.stall_s += self.itl_s[-1]  # the decode step's own share is taken back by the instance
         self.last_token_s = now
