@@ -43,12 +43,13 @@ def load(path: Path = ERRORS) -> list[dict]:
 
 def band(d: Deployment, pd: bool, table: list[dict] | None = None) -> Band:
     """The error band of the held-out rows closest to ``d`` (``pd``: disaggregated): same software, GPU and P/D-ness;
-    failing that without the GPU, then without the P/D-ness, then any row."""
+    failing that without the GPU, then on the GPU without the P/D-ness, then the software alone, then any row."""
     table = load() if table is None else table
     gpu = d.gpu().name
     kind = "P/D" if pd else "colocated"
     tries = (({"software": d.software, "hardware": gpu, "pd": pd}, f"{d.software}, {gpu}, {kind}", ""),
              ({"software": d.software, "pd": pd}, f"{d.software}, {kind}", gpu),
+             ({"software": d.software, "hardware": gpu}, f"{d.software}, {gpu}", kind),
              ({"software": d.software}, d.software, f"{gpu} {kind}"),
              ({}, "all", f"{d.software} {gpu} {kind}"))
     for keys, matched, dropped in tries:

@@ -256,7 +256,7 @@ def format_markdown(replays: list[Replay]) -> str:
                       f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
                       f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}", ""]
         lines += [f"{i}. {text}" for i, text in enumerate(why, 1)] + ([""] if why else [])
-        lines += ["By the scheduling profile each row was replayed with:", ""]
+        lines += ["By the scheduling profile each row was replayed with:", ""] if s["replayed"] else []
         for profile in sorted({r.setup.split(":")[0] for r in part if not r.note}):
             p = summary_of([r for r in part if not r.note and r.setup.split(":")[0] == profile])
             lines.append(f"- {profile}: {p['replayed']} rows, {p['within']} of {p['figures']} goal figures within "

@@ -23,7 +23,7 @@ def test_band_takes_the_closest_rows_and_says_what_it_dropped():
     assert exact.ranges["TTFT"] == (-0.30, 0.20) and exact.ranges["throughput"] == (-0.10, 0.04)
     assert "2 sglang, H200, colocated rows" in exact.describe() and "-30%..+20%" in exact.describe()
     pd = band(parse_deployment("hardware=H200"), pd=True, table=TABLE)
-    assert pd.rows == ["a", "b"] and "P/D" in pd.dropped and "no held-out" in pd.describe()
+    assert pd.rows == ["a", "b"] and pd.dropped == "P/D" and "no held-out P/D run" in pd.describe()
     other_gpu = band(parse_deployment("hardware=H20-96G,software=vllm"), pd=False, table=TABLE)
     assert other_gpu.rows == ["c"] and other_gpu.dropped == "H20-96G"
     assert band(parse_deployment(""), pd=False, table=[]).describe().startswith("no held-out run")
