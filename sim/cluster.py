@@ -5,14 +5,15 @@ A request arrives (at its offset, or when the client's concurrency cap frees a s
 (router/policy.py) picks a prefill instance, and after the serving front end's latency (HTTP, tokenization, the hops
 to the scheduler: the software's fitted per-request overhead) the instance reuses the cached prefix and computes the
 rest in its scheduler's steps (the software's scheduling profile: common/scheduling.py). Once the first token is
-sampled the router picks a decode instance (least KV usage, then fewest running) and the KV is handed off as
-perfmodel/handoff.py prices it (the handshake, then the part of the transfer the prefill's chunks did not already
-send, over NVLink when both instances share a node, RDMA otherwise; a prefill instance runs as many transfers at once
-as its NICs carry, the rest wait for a free one). With SGLang the first token goes out when the decode side holds the
-KV and both loops came round (the ends of the prefill and decode steps in progress: its router streams the decode's
-output once the prefill's reply, sent at the prefill loop's next turn, is back too); with vLLM's proxy it is the
-decode's first step's token. The decode instance admits it under its KV budget (the modeled deployment's KV
-capacity), decodes until the workload's output length, preempting and recomputing when the budget runs out.
+sampled the router picks a decode instance (least KV usage, then fewest running); once that instance can
+pre-allocate the request's KV (sim/transfers.py) the KV is handed off as perfmodel/handoff.py prices it (the
+handshake, then the part of the transfer the prefill's chunks did not already send, over NVLink when both instances
+share a node, RDMA otherwise; a prefill instance runs as many transfers at once as its NICs carry, the rest wait for a
+free one). With SGLang the first token goes out when the decode side holds the KV and both loops came round (the ends
+of the prefill and decode steps in progress: its router streams the decode's output once the prefill's reply, sent at
+the prefill loop's next turn, is back too); with vLLM's proxy it is the decode's first step's token. The decode
+instance admits it under its KV budget (the modeled deployment's KV capacity), decodes until the workload's output
+length, preempting and recomputing when the budget runs out.
 Colocated instances take the request whole.
 """
 
@@ -35,6 +36,7 @@ from pdserve.sim.instance import Instance
 from pdserve.sim.prefix_cache import PrefixCache, block_keys
 from pdserve.sim.sequence import SimSequence
 from pdserve.sim.steptime import StepTimer
+from pdserve.sim.transfers import Transfers
 
 
 @dataclass
@@ -132,7 +134,7 @@ class Cluster:
         self.sequences: list[SimSequence] = []
         self.failed: dict[int, str] = {}
         self._kicked: set[int] = set()
-        self._handoffs: dict[tuple[int, int], HandOff] = {}
+        self.transfers = Transfers(self.clock, spec.block_tokens, self._landed)
 
     @property
     def instances(self) -> list[Instance]:
@@ -233,6 +235,8 @@ class Cluster:
                 inst.inflight -= 1
                 seq.finish_s = seq.last_token_s  # (later than now for tokens held back behind the first)
                 self._done(seq)
+        if inst.role is Role.DECODE:
+            self.transfers.drain(inst)  # finished requests gave blocks back: pre-allocate waiting hand-offs
         self._step(inst)  # the worker loop goes straight on
 
     def _prefilled(self, inst: Instance, seq: SimSequence) -> None:
@@ -249,28 +253,7 @@ class Cluster:
         dst = choose_decode(self.decodes)
         seq.decode_instance = dst.name
         dst.inflight += 1  # chosen now, before the KV lands (as the router's count)
-        link = "nvlink" if inst.shares_node(dst) else "rdma"
-        handoff = self.handoff(inst, dst)
-        tokens = seq.kv.length
-        if len(inst.lanes_free_at) != handoff.lanes:
-            inst.lanes_free_at = [0.0] * handoff.lanes
-        lane = min(range(handoff.lanes), key=inst.lanes_free_at.__getitem__)
-        start = max(now, inst.lanes_free_at[lane])
-        landed = start + handoff.seconds(tokens, link, inst.chunk_tokens)
-        inst.lanes_free_at[lane] = landed
-        seq.transfer_s = landed - now
-        nbytes = handoff.kv_bytes(tokens)
-        inst.stats.transfer_bytes += nbytes
-        inst.stats.transfers.append((start, nbytes))
-        self.clock.at(landed, self._landed, inst, dst, seq, handoff)
-
-    def handoff(self, src: Instance, dst: Instance) -> HandOff:
-        key = (id(src.timer), id(dst.timer))
-        h = self._handoffs.get(key)
-        if h is None:
-            h = self._handoffs[key] = HandOff.between(src.timer.timing, dst.timer.timing,
-                                                      src.deployment.transfer_engine)
-        return h
+        self.transfers.request(inst, dst, seq)
 
     def _landed(self, src: Instance, dst: Instance, seq: SimSequence, handoff: HandOff) -> None:
         """The decode side holds the KV. SGLang: the first token goes out once both loops came round (the prefill's,

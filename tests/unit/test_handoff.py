@@ -111,3 +111,19 @@ def test_validation_replays_a_pd_row_with_per_role_deployments_and_tables_it_apa
     assert md.index("**colocated, held-out**") < md.index("**P/D, held-out**")
     with pytest.raises(ValueError, match="deployment"):
         pools("prefill one x hardware=H200", None)
+
+
+def test_a_full_decode_pool_holds_the_transfer_in_the_prealloc_queue():
+    """The decode pre-allocates before the KV is sent (SGLang's prealloc queue): with room for two 1,000-token
+    requests, the third's KV leaves only once one of the first two finished and gave its blocks back."""
+    d = parse_deployment("hardware=H200")
+    cluster = Cluster(ClusterSpec([Pool(Role.PREFILL, d, 1), Pool(Role.DECODE, d, 1)], frontend=False,
+                                  kv_blocks=140))  # 2,240 tokens: two prompts of 1,000 (+ their outputs)
+    requests = [SimRequest(list(range(100 * i, 100 * i + 1000)), 50) for i in range(1, 4)]
+    result = cluster.run(requests, [0.0, 0.0, 0.0])
+    assert all(len(s.output_ids) == 50 for s in result.sequences)
+    sent = sorted(start for start, _ in cluster.prefills[0].stats.transfers)
+    first_done = min(s.finish_s for s in result.sequences)
+    assert sent[2] >= first_done - 1e-9 > sent[1]
+    assert cluster.transfers.reserved[id(cluster.decodes[0])] == 0 and not cluster.transfers.prealloc[
+        id(cluster.decodes[0])]
