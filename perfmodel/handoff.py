@@ -123,9 +123,9 @@ class HandOff:
         # one flow runs at one NIC's rate: the slower side's
         self.flow_bandwidth = min(prefill.nic_bandwidth, decode.nic_bandwidth)
         self.nvlink_bandwidth = min(prefill.nvlink_bandwidth, decode.nvlink_bandwidth) / 2  # one direction
-        # concurrent transfers out of one prefill instance before its NICs are all busy
-        self.lanes = max(1, min(prefill.nic_count, decode.nic_count * max(1, prefill.gpus // decode.gpus))
-                         // min(self.flows, prefill.nic_count))
+        # concurrent transfers out of one prefill instance into one decode instance before either side's NICs are
+        # all busy
+        self.lanes = max(1, min(prefill.nic_count, decode.nic_count) // min(self.flows, prefill.nic_count))
 
     @classmethod
     def between(cls, prefill_timing, decode_timing, engine: str = "") -> "HandOff":
@@ -164,8 +164,8 @@ class HandOff:
 
     def seconds(self, tokens: int, link: str = "rdma", chunk_tokens: int = 0) -> float:
         """The hand-off after the prefill sampled the first token until the decode side holds the KV: the handshake
-        and the exposed part of the transfer. (What the decode's loop adds, waiting for its current step to end,
-        the simulator and the workers each see as the step itself.)"""
+        and the exposed part of the transfer. When the first token then reaches the client (the loops' turns,
+        ``TransferEngine.first_token``) is the simulator's to play out, step by step (sim/cluster.py)."""
         return self.engine.handshake_s + self.wire_seconds(self.exposed_tokens(tokens, chunk_tokens), link)
 
     def kv_bytes(self, tokens: int) -> float:
