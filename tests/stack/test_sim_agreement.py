@@ -39,3 +39,11 @@ def test_paced_stack_and_simulator_price_a_two_node_pd_handoff_alike():
     handoff = parse_deployment(TWO_NODE_DP).handoff()
     assert sim["mean_kv_transfer_ms"] > 1000 * handoff.engine.handshake_s  # RDMA, handshake included
     assert sim["mean_ttft_ms"] > sim["mean_kv_transfer_ms"]
+
+
+def test_paced_stack_and_simulator_agree_on_vllms_first_token_from_the_decode():
+    """vLLM's P/D proxy streams the decode's first token: TTFT ends after the decode's first step, on both sides."""
+    sim, emu = modeled_clock_run("hardware=H200,software=vllm", n=4)
+    assert emu["failed"] == 0 and emu["completed"] == 4 and sim["completed"] == 4
+    for label, s, e, diff in compare(sim, emu):
+        assert abs(diff) < 0.002, f"{label}: simulated {s:.4f}, emulated {e:.4f} ({100 * diff:+.2f}%)"
