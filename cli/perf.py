@@ -52,7 +52,8 @@ def register(sub) -> None:
     p.add_argument("--prefill-lens", default="4096", help="prompt lengths prefilled together")
     p.add_argument("--decode-batch", type=int, default=32)
     p.add_argument("--context-len", type=int, default=2048)
-    p.add_argument("--link", default="nvlink", choices=KV_LINKS, help="KV hand-off path")
+    p.add_argument("--link", default="auto", choices=KV_LINKS,
+                   help="KV hand-off path (auto: where the simulator places a prefill and a decode instance)")
     p.add_argument("--explain", action="store_true",
                    help="per operator group: FLOPs, bytes, the bound it hits, padding and imbalance factors")
     p.add_argument("--json", action="store_true")

@@ -50,7 +50,7 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, worker: Worker, kv_client: KVStoreClient | None, kv_link: str = "nvlink",
+    def __init__(self, worker: Worker, kv_client: KVStoreClient | None, kv_link: str = "auto",
                  kv_load_failure_policy: str = "recompute",
                  max_prefetches: int = DEFAULT_MAX_PREFETCHES,
                  prefetch_hold_s: float = DEFAULT_PREFETCH_HOLD_S) -> None:
@@ -158,6 +158,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         except KVBudgetExceeded as exc:
             await abort_exhausted(context, f"decode: {exc}")
         finished = False
+        # vLLM's P/D proxy streams the decode's own first token: the first decode step comes before the first token
+        # the client sees (the simulator counts it so: perfmodel/handoff.py TransferEngine.first_token)
+        first_from_decode = not request.colocated and self.worker.clock.handoff.engine.first_token == "decode_step"
+        first_step_s = 0.0
         try:
             first_chunk = True
             while not finished:
@@ -170,12 +174,15 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 chunk = decode_pb2.DecodeChunk(step=token_step(token_ids, result))
                 if first_chunk:
                     self._first_chunk_timings(chunk, job, fetch_s, transfer_modeled_s)
+                    if first_from_decode:
+                        first_step_s = job.decode_modeled_s
+                        chunk.queue_modeled_s += first_step_s
                     first_chunk = False
                 finished = result.finished
                 GENERATED.inc(len(token_ids))
                 count_completion_check(seq, result)
                 if finished:
-                    chunk.decode_modeled_s = job.decode_modeled_s
+                    chunk.decode_modeled_s = job.decode_modeled_s - first_step_s
                     REQUESTS.labels(result.finish_reason.value).inc()
                 yield chunk
         finally:

@@ -9,13 +9,15 @@ modeled``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
+from pdserve.perfmodel.handoff import ENGINES, HandOff
 from pdserve.perfmodel.hardware import GPU
 from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.perfmodel.hf_config import load_model_config
 from pdserve.perfmodel.memory import MemoryFit, memory_fit
 from pdserve.perfmodel.models import ModelProfile, model_profile
+from pdserve.perfmodel.nics import node_nics
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.software import SOFTWARE
 from pdserve.perfmodel.timing import TimingModel
@@ -38,6 +40,9 @@ class Deployment:
     mem_fraction: float = 0.0  # share of GPU memory for weights + KV (SGLang's --mem-fraction-static); 0: 0.90
     weight_precision: str = ""  # "" keeps the published checkpoint's (FP8 for DeepSeek, MXFP4 experts for GPT-OSS)
     model_config: str = ""  # a Hugging Face config.json to model instead of the named profile (--model-config)
+    nics: int = 0  # RDMA NICs per 8-GPU server (0: the GPU's servers as published, perfmodel/nics.py)
+    nic_gbps: float = 0.0  # line rate of one NIC in Gb/s (0: as published)
+    transfer_engine: str = ""  # KV hand-off library: mooncake, nixl ("": the software's own: SGLang Mooncake, vLLM NIXL)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def profile(self) -> ModelProfile:
@@ -48,7 +53,10 @@ class Deployment:
         return self._cache["profile"]
 
     def gpu(self) -> GPU:
-        return gpu_by_name(self.hardware)
+        """The GPU profile with its servers' NICs (perfmodel/nics.py, or this deployment's nics / nic_gbps)."""
+        g = gpu_by_name(self.hardware)
+        n = node_nics(g.name, self.nics, self.nic_gbps)
+        return replace(g, nics=n.nics, nic_bandwidth=n.nic_bandwidth)
 
     def parallel(self) -> ParallelConfig:
         return ParallelConfig(self.gpus, self.tp, self.ep, self.dp_attention, self.gpus_per_node,
@@ -58,6 +66,10 @@ class Deployment:
         if "timing" not in self._cache:
             self._cache["timing"] = TimingModel(self.profile(), self.gpu(), self.parallel(), self.software)
         return self._cache["timing"]
+
+    def handoff(self, decode: "Deployment | None" = None) -> HandOff:
+        """The KV hand-off from this (prefill) deployment to ``decode`` (default: the same deployment)."""
+        return HandOff.between(self.timing(), (decode or self).timing(), self.transfer_engine)
 
     def memory(self) -> MemoryFit:
         return memory_fit(self.profile(), self.gpu(), self.parallel(), self.mem_fraction)
@@ -72,6 +84,8 @@ def check_deployment(d: Deployment) -> MemoryFit:
         raise ValueError(f"mem_fraction: must be in (0, 1) (0: the default), got {d.mem_fraction}")
     if d.software not in SOFTWARE:
         raise ValueError(f"software: unknown profile {d.software!r}; known: {', '.join(SOFTWARE)}")
+    if d.transfer_engine and d.transfer_engine not in ENGINES:
+        raise ValueError(f"transfer_engine: unknown {d.transfer_engine!r}; known: {', '.join(ENGINES)}")
     m, g, p = d.profile(), d.gpu(), d.parallel()  # unknown names and non-dividing tp/ep raise here
     if m.n_routed_experts and m.n_routed_experts % p.ep:
         raise ValueError(f"ep: {m.n_routed_experts} routed experts of {m.name} do not divide over ep={p.ep}")
@@ -94,7 +108,7 @@ def kv_capacity_tokens(d: Deployment) -> int:
 
 
 DEPLOYMENT_KEYS_HELP = ("model, hardware, gpus, tp, ep, dp_attention, software, kv_precision, gpus_per_node, "
-                        "two_batch_overlap, mem_fraction, weight_precision, model_config")
+                        "two_batch_overlap, mem_fraction, weight_precision, model_config, nics, nic_gbps, transfer_engine")
 
 
 def parse_deployment(text: str, base: Deployment | None = None, field_name: str = "deployment") -> Deployment:

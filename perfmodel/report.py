@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pdserve.perfmodel.costs import Breakdown
 from pdserve.perfmodel.deployment import Deployment, check_scenario
+from pdserve.perfmodel.handoff import placed_link
 from pdserve.perfmodel.memory import RESERVED_FRACTION
 
 
@@ -13,6 +14,9 @@ def scenario_report(d: Deployment, prefill_lens: list[int], decode_batch: int, c
     check_scenario(d, prefill_lens, decode_batch, context_len)
     m, g, p, tm = d.profile(), d.gpu(), d.parallel(), d.timing()
     fit = d.memory()
+    if link == "auto":  # where the simulator places a prefill and a decode instance of this deployment
+        link = placed_link(d.gpus, d.gpus, d.gpus_per_node)
+    handoff = d.handoff()
     report = {
         "scenario": {"model": m.name, "hardware": g.name, "parallel": p.describe(), "software": d.software,
                      "kv_precision": m.kv_precision, "prefill_lens": prefill_lens, "decode_batch": decode_batch,
@@ -22,6 +26,11 @@ def scenario_report(d: Deployment, prefill_lens: list[int], decode_batch: int, c
         "kv_bytes_per_request": [m.kv_bytes_per_token * n for n in prefill_lens],
         "kv_transfer_seconds": [tm.kv_transfer_time(n, link) for n in prefill_lens],
         "kv_transfer_link": link,
+        # the whole hand-off (handshake + transfer, perfmodel/handoff.py), as the simulator and paced workers price it
+        "kv_handoff_seconds": [handoff.seconds(n, link) for n in prefill_lens],
+        "kv_handoff": {"engine": handoff.engine.name, "flows_per_request": handoff.flows,
+                       "concurrent_transfers": handoff.lanes, "flow_bandwidth": handoff.flow_bandwidth,
+                       "nics_per_node": g.nics},
         "memory": dict(fit.as_dict(), max_batch_at_context=fit.max_batch(max(1, context_len))),
     }
     if prefill_lens:
@@ -100,6 +109,11 @@ def format_report(r: dict, show_explain: bool = False) -> str:
                   + ", ".join(f"{b / 1e6:.2f} MB" for b in r["kv_bytes_per_request"])
                   + f"; transfer over {r['kv_transfer_link']}: "
                   + ", ".join(f"{t * 1e6:.0f} us" for t in r["kv_transfer_seconds"])]
+        h = r["kv_handoff"]
+        lines += [f"KV hand-off ({h['engine']}, {h['flows_per_request']} NIC flow(s) of "
+                  f"{h['flow_bandwidth'] / 1e9:.0f} GB/s per request, {h['concurrent_transfers']} at once per prefill "
+                  f"instance; {h['nics_per_node']} NICs per node), handshake included: "
+                  + ", ".join(f"{t * 1e3:.2f} ms" for t in r["kv_handoff_seconds"])]
     mem = r["memory"]
     lines += [f"memory per GPU (weights + KV: {s['mem_fraction']:.3f} of it): weights "
               f"{mem['weight_bytes_per_gpu'] / 1e9:.1f} GB, reserved "

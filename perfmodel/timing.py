@@ -21,7 +21,8 @@ import math
 
 from pdserve.perfmodel.communication import all_to_all_seconds, allreduce_seconds, expert_copies
 from pdserve.perfmodel.costs import Breakdown, GroupCost
-from pdserve.perfmodel.hardware import GIGA, GPU
+from pdserve.perfmodel.handoff import HandOff
+from pdserve.perfmodel.hardware import GPU
 from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.perfmodel.models import BYTES_PER_PARAM, ModelProfile, model_profile
 from pdserve.perfmodel.overheads import Overheads, overheads
@@ -366,18 +367,10 @@ class TimingModel:
         return tokens * self.model.kv_bytes_per_token
 
     def kv_transfer_time(self, tokens: int, link: str = "nvlink") -> float:
-        """Moving ``tokens`` tokens of KV from a prefill GPU group to a decode group.
-
-        ``nvlink``: both inside one node; ``rdma``: across nodes over the server's NICs (45 GB/s each, measured);
-        ``pcie``: staged through host memory (~25 GB/s).
-        """
-        g = self.gpu
-        bandwidth = {"nvlink": g.nvlink_bandwidth / 2, "rdma": g.nic_bandwidth * g.nics,
-                     "pcie": 25 * GIGA}.get(link)
-        if bandwidth is None:
-            raise ValueError(f"link: {link!r} is not one of nvlink, rdma, pcie")
-        latency = 10 * MICRO if link == "nvlink" else 30 * MICRO
-        return latency + self.kv_bytes(tokens) / bandwidth
+        """Moving ``tokens`` tokens of KV from a prefill instance of this deployment to a decode instance of it, the
+        wire alone (no handshake): ``nvlink`` inside one node, ``rdma`` over the NICs, ``pcie`` staged through host
+        memory. perfmodel/handoff.py owns the hand-off; this is its transfer."""
+        return HandOff.between(self, self).wire_seconds(tokens, link)
 
 
 def _split_in_two(seqs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

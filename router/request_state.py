@@ -94,8 +94,10 @@ class RequestState:
         e2e = now - self.started
         ttft = (self.first_token_at or now) - self.started
         tpot = (e2e - ttft) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
-        ttft_m = self.queue_modeled_s + self.prefill_modeled_s
-        e2e_m = ttft_m + self.kv_transfer_modeled_s + self.decode_wait_modeled_s + self.decode_modeled_s
+        # the modeled engines' first token reaches the client from the decode side, after the hand-off and the
+        # decode's admission (SGLang's decode server, vLLM's proxy): the simulator counts it so (sim/cluster.py)
+        ttft_m = self.queue_modeled_s + self.prefill_modeled_s + self.kv_transfer_modeled_s + self.decode_wait_modeled_s
+        e2e_m = ttft_m + self.decode_modeled_s
         tpot_m = (e2e_m - ttft_m) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
         return common_pb2.Timings(
             queue_wall_s=self.queue_wall_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,

@@ -5,10 +5,16 @@ A request arrives (at its offset, or when the client's concurrency cap frees a s
 (router/policy.py) picks a prefill instance, and after the serving front end's latency (HTTP, tokenization, the hops
 to the scheduler: the software's fitted per-request overhead) the instance reuses the cached prefix and computes the
 rest in its scheduler's steps (the software's scheduling profile: common/scheduling.py). Once the first token is
-sampled the router picks a decode instance (least KV usage, then fewest running) and the KV crosses the modeled link
-(NVLink when both instances share a node, RDMA otherwise; transfers out of one instance go one after another). The
-decode instance admits it under its KV budget (the modeled deployment's KV capacity), decodes until the workload's
-output length, preempting and recomputing when the budget runs out. Colocated instances take the request whole.
+sampled the router picks a decode instance (least KV usage, then fewest running); once that instance can
+pre-allocate the request's KV (sim/transfers.py) the KV is handed off as perfmodel/handoff.py prices it (the
+handshake, then the part of the transfer the prefill's chunks did not already send, over NVLink when both instances
+share a node, RDMA otherwise; a prefill instance runs as many transfers at once as its NICs carry, the rest wait for a
+free one). With SGLang the first token goes out when the decode side holds the KV and both loops came round (the ends
+of the prefill and decode steps in progress: its router streams the decode's output once the prefill's reply, sent at
+the prefill loop's next turn, is back too); with vLLM's proxy it is the decode's first step's token. The decode
+instance admits it under its KV budget (the modeled deployment's KV capacity), decodes until the workload's output
+length, preempting and recomputing when the budget runs out.
+Colocated instances take the request whole.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.deployment import Deployment
+from pdserve.perfmodel.handoff import HandOff
 from pdserve.router.policy import PrefillPolicy, choose_decode
 from pdserve.sim.events import ARRIVAL, KICK, EventQueue
 from pdserve.sim.instance import Instance
 from pdserve.sim.prefix_cache import PrefixCache, block_keys
 from pdserve.sim.sequence import SimSequence
 from pdserve.sim.steptime import StepTimer
+from pdserve.sim.transfers import Transfers
 
 
 @dataclass
@@ -99,7 +107,7 @@ class Cluster:
             scheduling = modeled_scheduling(pool.deployment, pool.role, pool.overrides, kv_blocks, spec.block_tokens)
             d = scheduling.deployment
             key = (d.model, d.hardware, d.gpus, d.tp, d.ep, d.dp_attention, d.software, d.kv_precision,
-                   d.gpus_per_node, d.two_batch_overlap)
+                   d.gpus_per_node, d.two_batch_overlap, d.nics, d.nic_gbps)
             timer = timers.setdefault(key, StepTimer(d.timing()))
             if pool.role is SchedulerRole.PREFILL:
                 prefill_kv += d.memory().max_kv_tokens * pool.count
@@ -126,6 +134,7 @@ class Cluster:
         self.sequences: list[SimSequence] = []
         self.failed: dict[int, str] = {}
         self._kicked: set[int] = set()
+        self.transfers = Transfers(self.clock, spec.block_tokens, self._landed)
 
     @property
     def instances(self) -> list[Instance]:
@@ -224,8 +233,10 @@ class Cluster:
                 self._prefilled(inst, seq)
             elif result.finished:
                 inst.inflight -= 1
-                seq.finish_s = now
+                seq.finish_s = seq.last_token_s  # (later than now for tokens held back behind the first)
                 self._done(seq)
+        if inst.role is SchedulerRole.DECODE:
+            self.transfers.drain(inst)  # finished requests gave blocks back: pre-allocate waiting hand-offs
         self._step(inst)  # the worker loop goes straight on
 
     def _prefilled(self, inst: Instance, seq: SimSequence) -> None:
@@ -242,16 +253,17 @@ class Cluster:
         dst = choose_decode(self.decodes)
         seq.decode_instance = dst.name
         dst.inflight += 1  # chosen now, before the KV lands (as the router's count)
-        link = "nvlink" if inst.shares_node(dst) else "rdma"
-        tokens = seq.kv.length
-        start = max(now, inst.link_free_at)
-        inst.link_free_at = start + inst.timer.transfer_seconds(tokens, link)
-        seq.transfer_s = inst.link_free_at - now
-        nbytes = inst.timer.timing.kv_bytes(tokens)
-        inst.stats.transfer_bytes += nbytes
-        inst.stats.transfers.append((start, nbytes))
-        self.clock.at(inst.link_free_at, self._landed, dst, seq)
+        self.transfers.request(inst, dst, seq)
 
-    def _landed(self, dst: Instance, seq: SimSequence) -> None:
+    def _landed(self, src: Instance, dst: Instance, seq: SimSequence, handoff: HandOff) -> None:
+        """The decode side holds the KV. SGLang: the first token goes out once both loops came round (the prefill's,
+        which sends its reply, and the decode's, which admits the request); vLLM: with the decode's first step."""
+        now = self.clock.now
+        if handoff.engine.first_token == "decode_step":
+            seq.first_from_decode = True
+            seq.last_token_s = now
+        else:
+            turns = [now] + [i.busy_until for i in (src, dst) if i.busy]
+            seq.first_token_s = seq.last_token_s = max(turns)
         dst.inflight -= 1  # _admit counts it again
         self._admit(dst, seq)

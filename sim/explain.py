@@ -14,8 +14,8 @@ import statistics
 from pdserve.sim.cluster import SimResult
 
 PARTS = (("frontend", "front end (HTTP, tokenization, hops)"), ("queue", "queue before its prompt's steps"),
-         ("prefill", "prefill steps of its prompt"), ("transfer", "KV transfer to decode"),
-         ("waiting", "waiting between tokens (other prompts' steps, preemption)"),
+         ("prefill", "prefill steps of its prompt"), ("transfer", "KV hand-off to decode (handshake, transfer)"),
+         ("waiting", "waiting between tokens (other prompts, preemption; <0: held)"),
          ("decode", "decode steps that made its tokens"))
 
 
@@ -29,9 +29,10 @@ def scheduling_lines(result: SimResult) -> list[str]:
 
 def request_parts(seq) -> dict[str, float]:
     ttft = seq.first_token_s - seq.start_s
-    queue = max(0.0, ttft - seq.frontend_s - seq.prefill_s)  # float rounding leaves -1e-15 for a request never queued
+    # the hand-off comes before the first token; float rounding leaves -1e-15 for a request never queued
+    queue = max(0.0, ttft - seq.frontend_s - seq.prefill_s - seq.transfer_s)
     return {"frontend": seq.frontend_s, "queue": queue, "prefill": seq.prefill_s,
-            "transfer": seq.transfer_s, "waiting": seq.stall_s - seq.transfer_s, "decode": seq.decode_s,
+            "transfer": seq.transfer_s, "waiting": seq.stall_s, "decode": seq.decode_s,
             "e2el": seq.finish_s - seq.start_s}
 
 

@@ -49,7 +49,10 @@ class Instance:
         self.timer = timer
         self.scheduler = scheduling.build(free_kv)
         self.busy = False
-        self.link_free_at = 0.0  # the outgoing KV link is busy until then (transfers from one instance serialize)
+        self.lanes_free_at: list[float] = [0.0]  # when each of the outgoing KV transfer lanes (NICs) is free
+        c = scheduling.config
+        self.chunk_tokens = c.max_num_batched_tokens if c.policy.chunked else 0  # a prompt's KV leaves per chunk
+        self.busy_until = 0.0  # end of the step in progress
         self.stats = InstanceStats()
         self.inflight = 0  # requests the router sent here and that are not finished
         self.inflight_tokens = 0
@@ -89,6 +92,7 @@ class Instance:
         queued = len(s.waiting) - len(step.prefills)  # prompts being computed stay in ``waiting`` until done
         st.trace.append((now, seconds, queued, len(s.running), s.budget.used if s.budget else 0))
         self.busy = True
+        self.busy_until = now + seconds
         self._seconds = seconds
         return step, seconds
 

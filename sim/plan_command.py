@@ -12,6 +12,7 @@ import time
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment, deployment_from_args
 from pdserve.perfmodel.hardware import gpu
+from pdserve.sim.error_band import band
 from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from pdserve.sim.workload import build_workload
 from pdserve.workload.report import save_json
@@ -159,11 +160,18 @@ def cmd_plan(a: argparse.Namespace) -> int:
     best_per_hw = {}
     for o in ranked:
         best_per_hw.setdefault(o.candidate.deployment.hardware, _row(o))
+    # how sure each recommended shape is: the held-out validation rows closest to it (sim/error_band.py)
+    shown = {winner.candidate.label()} | {r["candidate"] for r in best_per_hw.values()}
+    bands = {o.candidate.label(): band(o.candidate.deployment, not o.candidate.colocated)
+             for o in ranked if o.candidate.label() in shown}
     elapsed = time.perf_counter() - started
     payload = {"slo": {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s}, "requests": len(requests),
                "mean_input_tokens": planner.mean_in, "mean_output_tokens": planner.mean_out, "candidates": rows,
                "pareto": front, "best_per_hardware": best_per_hw, "baseline": _row(base), "winner": _row(winner),
-               "explanation": notes, "facts": facts, "simulations": planner.simulations, "wall_seconds": elapsed}
+               "explanation": notes, "facts": facts,
+               "error_bands": {k: {"rows": b.rows, "matched": b.matched, "dropped": b.dropped,
+                                   "ranges": b.ranges} for k, b in bands.items()},
+               "simulations": planner.simulations, "wall_seconds": elapsed}
     if a.json:
         print(json.dumps(payload, indent=2))
     else:
@@ -174,16 +182,18 @@ def cmd_plan(a: argparse.Namespace) -> int:
         for f in front:
             print(f"  {f['candidate']:<40} at {f['rate']:6.2f} req/s: {f['goodput_per_gpu']:.3f} req/s/GPU, "
                   f"mean E2EL {f['mean_e2el_ms']:,.0f} ms")
-        print("\nbest per hardware:")
+        print("\nbest per hardware (and how sure: the simulator's errors on the closest held-out public runs):")
         for hw, r in best_per_hw.items():
             print(f"  {hw:<9} {r['candidate']:<40} {r['goodput_per_gpu']:.3f} req/s/GPU")
+            print(f"  {'':<9} {bands[r['candidate']].describe()}")
         b = _row(base)
         what = "the article's 8 x H20-141G TP8 EP8, colocated" if same_model else \
             f"the smallest instance that holds {modeled.profile().name}: {b['candidate']}"
         print(f"\nbaseline ({what}): {b['goodput']:.2f} req/s, "
               f"{b['goodput_per_gpu']:.3f} per GPU (binds: {b['binding_slo']})")
         ratio = winner.goodput_per_gpu / base.goodput_per_gpu if base.goodput_per_gpu else float("inf")
-        print(f"winner vs baseline: {ratio:.2f}x goodput per GPU\n")
+        print(f"winner vs baseline: {ratio:.2f}x goodput per GPU")
+        print(f"winner: {bands[winner.candidate.label()].describe()}\n")
         print("\n".join(notes))
         print(f"\n{planner.simulations} simulations in {elapsed:.0f} s")
     if a.save_result:

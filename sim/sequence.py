@@ -41,7 +41,7 @@ class SimSequence:
     __slots__ = ("index", "request_id", "prompt_ids", "output_ids", "params", "stop", "kv", "finish_reason",
                  "block_keys", "scheduled_s", "start_s", "first_token_s", "last_token_s", "finish_s", "itl_s",
                  "cached_tokens", "transfer_s", "preemptions", "prefill_instance", "decode_instance", "frontend_s",
-                 "first_step_s", "prefill_s", "decode_s", "stall_s")
+                 "first_step_s", "prefill_s", "decode_s", "stall_s", "first_from_decode")
 
     def __init__(self, index: int, prompt_ids: list[int], output_len: int, context_length: int,
                  block_keys: list[int], scheduled_s: float) -> None:
@@ -73,6 +73,7 @@ class SimSequence:
         self.prefill_s = 0.0
         self.decode_s = 0.0
         self.stall_s = 0.0
+        self.first_from_decode = False  # the client's first token is the decode's first (vLLM's P/D proxy)
 
     @property
     def finished(self) -> bool:
@@ -89,9 +90,13 @@ class SimSequence:
 
     def _token(self, now: float) -> StepResult:
         self.output_ids.append(SIM_TOKEN)
-        if self.first_token_s is None:
+        if self.first_token_s is None or self.first_from_decode:
             self.first_token_s = now
+            self.first_from_decode = False
         else:
+            # a token made before the first one reached the client (SGLang's router holding the decode's stream until
+            # the prefill's reply is back) leaves with it, in a burst
+            now = max(now, self.last_token_s)
             self.itl_s.append(now - self.last_token_s)
             self.stall_s += self.itl_s[-1]  # the decode step's own share is taken back by the instance
         self.last_token_s = now

@@ -116,6 +116,7 @@ class Replay:
     figures: list[Figure] = field(default_factory=list)
     note: str = ""  # why it is not modeled
     setup: str = ""
+    pd: bool = False  # a disaggregated (prefill/decode) run
 
     @property
     def missed(self) -> list[Figure]:
@@ -155,14 +156,32 @@ def workload(spec: str) -> tuple[list[SimRequest], list[float], int | None, floa
     return [SimRequest(r.token_ids, r.output_len) for r in bench], offsets, concurrency, rate
 
 
+def pools(cell: str, overrides: SchedulerOverrides) -> list[Pool]:
+    """A row's cluster: ``KEY=V,..`` for one colocated instance, or ``prefill N x KEY=V,..; decode M x KEY=V,..``
+    for a disaggregated run (each role's ``--deployment``, as ``pdserve simulate --prefill N --decode M`` with
+    ``--prefill-deployment`` and ``--decode-deployment``)."""
+    if not cell.strip().startswith(("prefill", "decode")):
+        return [Pool(SchedulerRole.BOTH, parse_deployment(cell), 1, overrides)]
+    out = []
+    for part in filter(None, (x.strip() for x in cell.split(";"))):
+        m = re.fullmatch(r"(prefill|decode)\s+(\d+)\s*x\s*(.*)", part)
+        if not m:
+            raise ValueError(f"deployment: {part!r} is not 'prefill|decode N x KEY=V,..'")
+        out.append(Pool(SchedulerRole(m.group(1)), parse_deployment(m.group(3)), int(m.group(2)), overrides))
+    return out
+
+
+def is_pd(row: dict) -> bool:
+    return row.get("pd_disaggregated", "").lower().startswith("yes")
+
+
 def replay(row: dict) -> Replay:
-    out = Replay(row["id"], row["split"], note=row["not_modeled"])
+    out = Replay(row["id"], row["split"], note=row["not_modeled"], pd=is_pd(row))
     if out.note:
         return out
-    deployment = parse_deployment(row["deployment"])
     overrides = SchedulerOverrides.parse(row["scheduler"])
     requests, offsets, concurrency, rate = workload(row["workload"])
-    cluster = Cluster(ClusterSpec([Pool(SchedulerRole.BOTH, deployment, 1, overrides)]))
+    cluster = Cluster(ClusterSpec(pools(row["deployment"], overrides)))
     result = cluster.run(requests, offsets, concurrency)
     s = summary(result, concurrency, rate=rate)
     out.setup = cluster.decodes[0].scheduling.describe()
@@ -192,12 +211,9 @@ def _cell(f: Figure | None) -> str:
 def format_table(replays: list[Replay]) -> str:
     shown = ("duration", "out tok/s", "mean TTFT", "mean TPOT", "median TTFT", "median TPOT", "median ITL")
     lines = []
-    for split in ("calibration", "held-out"):
-        part = [r for r in replays if r.split == split]
-        if not part:
-            continue
+    for kind, split, part in _groups(replays):
         head = " ".join(f"{n:>18}" for n in shown)
-        lines += [f"{split} rows: measured, and the simulator's error (! outside the goal)",
+        lines += [f"{kind} {split} rows: measured, and the simulator's error (! outside the goal)",
                   f"{'row':<34} {head}", "-" * (35 + 19 * len(shown))]
         for r in part:
             if r.note:
@@ -208,7 +224,7 @@ def format_table(replays: list[Replay]) -> str:
             if r.missed and split == "held-out":
                 lines.append(f"{'':<34} miss: {KNOWN_MISSES.get(r.row_id, 'UNEXPLAINED')}")
         s = summary_of(part)
-        lines.append(f"{split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
+        lines.append(f"{kind} {split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
                      f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
                      f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}")
         lines.append("")
@@ -220,12 +236,9 @@ def format_markdown(replays: list[Replay]) -> str:
     mechanism once, numbered, under its table."""
     shown = ("duration", "out tok/s", "mean TTFT", "mean TPOT", "median TPOT")
     lines: list[str] = []
-    for split in ("calibration", "held-out"):
-        part = [r for r in replays if r.split == split]
-        if not part:
-            continue
+    for kind, split, part in _groups(replays):
         why: list[str] = []
-        lines += [f"**{split}** (measured, then the simulator's error; ! outside the goal)", "",
+        lines += [f"**{kind}, {split}** (measured, then the simulator's error; ! outside the goal)", "",
                   "| row | " + " | ".join(shown) + " | miss |", "|---" * (len(shown) + 2) + "|"]
         for r in part:
             if r.note:
@@ -241,11 +254,11 @@ def format_markdown(replays: list[Replay]) -> str:
                 mark = f"[{why.index(text) + 1}]"
             lines.append(f"| {r.row_id} | " + " | ".join(cells) + f" | {mark} |")
         s = summary_of(part)
-        lines += ["", f"{split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
+        lines += ["", f"{kind} {split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
                       f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
                       f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}", ""]
         lines += [f"{i}. {text}" for i, text in enumerate(why, 1)] + ([""] if why else [])
-        lines += ["By the scheduling profile each row was replayed with:", ""]
+        lines += ["By the scheduling profile each row was replayed with:", ""] if s["replayed"] else []
         for profile in sorted({r.setup.split(":")[0] for r in part if not r.note}):
             p = summary_of([r for r in part if not r.note and r.setup.split(":")[0] == profile])
             lines.append(f"- {profile}: {p['replayed']} rows, {p['within']} of {p['figures']} goal figures within "
@@ -253,6 +266,15 @@ def format_markdown(replays: list[Replay]) -> str:
                          f"{p['out tok/s']:.1%}, mean TTFT {p['mean TTFT']:.1%}, mean TPOT {p['mean TPOT']:.1%}")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def _groups(replays: list[Replay]):
+    """(kind, split, rows) with rows: colocated and disaggregated (P/D) runs apart, calibration before held-out."""
+    for kind, pd in (("colocated", False), ("P/D", True)):
+        for split in ("calibration", "held-out"):
+            part = [r for r in replays if r.split == split and r.pd == pd]
+            if part:
+                yield kind, split, part
 
 
 def _value(x: float) -> str:

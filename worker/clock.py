@@ -14,11 +14,14 @@ from dataclasses import dataclass
 
 from pdserve.engine.sched.scheduler import Step
 from pdserve.engine.text.stop import StepResult
+from pdserve.perfmodel.handoff import LINKS, HandOff, placed_link
 from pdserve.perfmodel.timing import TimingModel
 from pdserve.worker.metrics import LAG_SECONDS, LAGGED_STEPS, STEP_MODELED, STEP_TOKENS, STEP_WALL
 
 PACE_MODES = ("off", "realtime")
-KV_LINKS = ("nvlink", "rdma", "pcie")  # the hand-off paths TimingModel.kv_transfer_time prices
+# the hand-off paths perfmodel/handoff.py prices; auto: where the simulator would place a prefill and a decode
+# instance of this deployment (NVLink when both fit in one node, RDMA otherwise)
+KV_LINKS = ("auto", *LINKS)
 
 @dataclass
 class StepTiming:
@@ -27,12 +30,20 @@ class StepTiming:
 
 
 class StepClock:
-    def __init__(self, timing: TimingModel, pace: str = "off", time_scale: float = 1.0) -> None:
+    def __init__(self, timing: TimingModel, pace: str = "off", time_scale: float = 1.0,
+                 handoff: HandOff | None = None, chunk_tokens: int = 0) -> None:
+        """``handoff``: the KV hand-off into this (decode) worker (default: from a prefill of the same deployment
+        with its software's transfer engine); ``chunk_tokens``: the prefill's chunk, whose earlier chunks' KV has
+        left before the prefill ends (SGLang)."""
         if pace not in PACE_MODES:
             raise ValueError(f"pace: {pace!r} is not one of {', '.join(PACE_MODES)}")
         if not time_scale > 0:
             raise ValueError(f"time_scale: must be positive, got {time_scale}")
         self.timing = timing
+        self.handoff = handoff or HandOff.between(timing, timing)
+        self.chunk_tokens = chunk_tokens
+        p = timing.parallel
+        self.auto_link = placed_link(p.gpus, p.gpus, p.gpus_per_node)
         self.pace = pace
         self.time_scale = time_scale
         self.busy_modeled_s = 0.0  # modeled seconds of all steps so far (a worker-local modeled clock)
@@ -69,9 +80,14 @@ class StepClock:
             return 0.0
         return self.timing.prefill_time([c.tokens for c in checks], [c.context for c in checks]).seconds
 
+    def handoff_seconds(self, tokens: int, link: str) -> float:
+        """The modeled hand-off of a ``tokens``-token prompt's KV into this worker (the simulator's, to the
+        microsecond: perfmodel/handoff.py)."""
+        return self.handoff.seconds(tokens, self.auto_link if link == "auto" else link, self.chunk_tokens)
+
     async def pace_transfer(self, tokens: int, link: str, wall_s: float) -> float:
         """Modeled KV hand-off of ``tokens`` tokens; when pacing, the hand-off lasts at least its budget."""
-        modeled = self.timing.kv_transfer_time(tokens, link)
+        modeled = self.handoff_seconds(tokens, link)
         if self.pace == "realtime" and wall_s < modeled * self.time_scale:
             await asyncio.sleep(modeled * self.time_scale - wall_s)
         return modeled

@@ -56,8 +56,11 @@ class WorkerConfig:
         return config
 
     def clock(self) -> StepClock:
-        """The worker's clock for its modeled deployment."""
-        return StepClock(self.deployment.timing(), self.pace, self.time_scale)
+        """The worker's clock for its modeled deployment, with the KV hand-off into it priced as the simulator prices
+        it (the deployment's transfer engine and NICs; a chunked prefill's earlier chunks' KV leaves before it ends)."""
+        prefill = modeled_scheduling(self.deployment, SchedulerRole.PREFILL, self.scheduler).config
+        return StepClock(self.deployment.timing(), self.pace, self.time_scale, self.deployment.handoff(),
+                         prefill.max_num_batched_tokens if prefill.policy.chunked else 0)
 
     def scheduling(self, kv_blocks: int | None = None, kv_budget: bool | None = None) -> ModeledScheduling:
         """The scheduler a worker runs: its modeled deployment's software profile (one scheduler per attention rank

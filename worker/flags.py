@@ -31,7 +31,9 @@ MAX_SLAB_SEQS = 256  # the decode slab's slots; a larger modeled batch keeps the
 def add_clock_flags(parser) -> None:
     """The modeled deployment and the pacing of a worker's clock (each flag also reads its PDSERVE_* variable)."""
     add_deployment_flag(parser)
-    parser.add_argument("--kv-link", default="nvlink", choices=KV_LINKS, help="modeled path of the KV hand-off")
+    parser.add_argument("--kv-link", default="auto", choices=KV_LINKS,
+                        help="modeled path of the KV hand-off (auto: NVLink when a prefill and a decode instance of "
+                             "the deployment fit in one node, RDMA otherwise, as the simulator places them)")
     parser.add_argument("--pace", default="off", choices=PACE_MODES,
                         help="realtime: each step lasts at least its modeled time x time-scale")
     parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per modeled second when pacing")

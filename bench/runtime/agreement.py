@@ -17,7 +17,7 @@ from pdserve.bench.serve.command import run_grpc
 from pdserve.common.scrape import total
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.launcher.stack import Stack, StackSpec
-from pdserve.perfmodel.deployment import Deployment
+from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import summary
 from pdserve.workload.arrivals import arrival_stream
@@ -26,21 +26,22 @@ from pdserve.workload.record import LoadSpec, Sampling
 from pdserve.workload.stats import summarize
 
 COMPARED = (("mean TTFT", "mean_ttft_ms"), ("mean TPOT", "mean_tpot_ms"), ("request throughput", "request_throughput"),
-            ("output throughput", "output_throughput"))
+            ("output throughput", "output_throughput"), ("mean KV hand-off", "mean_kv_transfer_ms"))
 
 
 def workload(n: int, input_len: tuple[int, int], output_len: tuple[int, int], seed: int):
     return random_requests(n, 49152, input_len, output_len, seed=seed)
 
 
-def simulated(requests, rate: float, max_concurrency: int | None, seed: int) -> dict:
+def simulated(requests, rate: float, max_concurrency: int | None, seed: int, deployment: str = "") -> dict:
     """The emulator has no modeled front end (its requests reach the workers' schedulers directly), so neither has
     the simulator here."""
     offsets = list(itertools.islice(arrival_stream(rate, 1.0, seed), len(requests)))
-    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, Deployment(), 1), Pool(SchedulerRole.DECODE, Deployment(), 1)],
-                       frontend=False)
+    d = parse_deployment(deployment)
+    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, d, 1), Pool(SchedulerRole.DECODE, d, 1)], frontend=False)
     result = Cluster(spec).run([SimRequest(r.token_ids, r.output_len) for r in requests], offsets, max_concurrency)
-    return summary(result, max_concurrency, rate=rate, seed=seed)
+    s = summary(result, max_concurrency, rate=rate, seed=seed)
+    return s | {"mean_kv_transfer_ms": s["modeled_mean_kv_transfer_ms"]}
 
 
 def pacing_lag(stack: Stack) -> dict[str, float]:
@@ -55,11 +56,13 @@ def pacing_lag(stack: Stack) -> dict[str, float]:
     return out
 
 
-def emulated(requests, rate: float, max_concurrency: int | None, seed: int, time_scale: float) -> dict:
-    """Modeled figures of the paced synthetic stack (KV over RDMA, as the simulator places two 8-GPU instances on
-    two nodes; the decode KV budget is the modeled capacity, as in the simulator), and its pacing lag."""
-    spec = StackSpec(model="synthetic", pace="realtime", time_scale=time_scale, metrics=True,
-                     extra={"decode": ["--kv-link", "rdma", "--kv-budget", "modeled"]})
+def emulated(requests, rate: float, max_concurrency: int | None, seed: int, time_scale: float,
+             deployment: str = "") -> dict:
+    """Modeled figures of the paced synthetic stack (the KV link where the simulator places the two instances: the
+    workers' ``--kv-link auto``; the decode KV budget is the modeled capacity, as in the simulator), and its pacing
+    lag."""
+    spec = StackSpec(model="synthetic", pace="realtime", time_scale=time_scale, metrics=True, deployment=deployment,
+                     extra={"decode": ["--kv-budget", "modeled"]})
     load = LoadSpec(request_rate=rate, max_concurrency=max_concurrency, seed=seed, progress=False,
                     sampling=Sampling(temperature=0.0, ignore_eos=True))
     with Stack(spec) as stack:
@@ -75,14 +78,15 @@ def compare(sim: dict, emu: dict) -> list[tuple[str, float, float, float]]:
     return [(label, sim[key], emu[key], sim[key] / emu[key] - 1.0) for label, key in COMPARED]
 
 
-def modeled_clock_run() -> tuple[dict, dict]:
-    """The load-independent comparison (tests/stack/sim/test_sim_agreement.py): 10 seeded requests of 200-800 prompt and
-    16-32 output tokens, one in flight, through the simulator and the paced stack at time scale 1."""
+def modeled_clock_run(deployment: str = "", n: int = 10) -> tuple[dict, dict]:
+    """The load-independent comparison (tests/stack/sim/test_sim_agreement.py): ``n`` seeded requests of 200-800
+    prompt and 16-32 output tokens, one in flight, through the simulator and the paced stack at time scale 1, both
+    modeling ``deployment`` (``--deployment`` keys) for the prefill and the decode instance."""
     import math
 
-    requests = workload(10, (200, 800), (16, 32), seed=7)
-    return (simulated(requests, math.inf, 1, seed=7),
-            emulated(requests, math.inf, 1, seed=7, time_scale=1.0))
+    requests = workload(n, (200, 800), (16, 32), seed=7)
+    return (simulated(requests, math.inf, 1, seed=7, deployment=deployment),
+            emulated(requests, math.inf, 1, seed=7, time_scale=1.0, deployment=deployment))
 
 
 def main() -> int:

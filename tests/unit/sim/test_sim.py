@@ -41,22 +41,26 @@ def test_lone_request_times_are_the_modeled_steps():
     assert seq.prefill_instance == "p0" and seq.decode_instance == "d0"
     # the front end's fitted latency, then the prompt's one step (SGLang's 8,192-token chunk holds it whole)
     assert seq.frontend_s == t.overheads.request_overhead_s > 0
-    assert seq.first_token_s == pytest.approx(seq.frontend_s + t.prefill_time([prompt], [0]).seconds)
-    transfer = t.kv_transfer_time(prompt, "rdma")  # one 8-GPU instance per node: prefill and decode on two nodes
-    assert seq.transfer_s == pytest.approx(transfer)
+    prefilled = seq.frontend_s + t.prefill_time([prompt], [0]).seconds
+    # then the hand-off (one 8-GPU instance per node: prefill and decode on two nodes, RDMA), after which the decode
+    # side (idle) sends the first token
+    handoff = D.handoff().seconds(prompt, "rdma")
+    assert handoff > t.kv_transfer_time(prompt, "rdma") > 0  # the handshake comes on top of the wire
+    assert seq.transfer_s == pytest.approx(handoff)
+    assert seq.first_token_s == pytest.approx(prefilled + handoff)
     steps = [t.decode_step_time([prompt + i + 1]).seconds for i in range(out - 1)]
-    assert seq.finish_s == pytest.approx(seq.first_token_s + transfer + sum(steps))
+    assert seq.finish_s == pytest.approx(seq.first_token_s + sum(steps))
     assert len(seq.output_ids) == out
     s = summary(result)
     assert s["completed"] == 1 and s["mean_ttft_ms"] == pytest.approx(1000 * seq.first_token_s)
-    assert s["modeled_mean_tpot_ms"] == pytest.approx(1000 * (transfer + sum(steps)) / (out - 1))
+    assert s["modeled_mean_tpot_ms"] == pytest.approx(1000 * sum(steps) / (out - 1))
 
 
 def test_smaller_instances_share_a_node_and_use_nvlink():
     half = Deployment(model="llama-3-70b", gpus=4, tp=4, ep=1, hardware="H200")
     spec = ClusterSpec([Pool(SchedulerRole.PREFILL, half, 1), Pool(SchedulerRole.DECODE, half, 1)])
     result = Cluster(spec).run([SimRequest(list(range(100, 600)), 3)], [0.0])
-    assert result.sequences[0].transfer_s == pytest.approx(half.timing().kv_transfer_time(500, "nvlink"))
+    assert result.sequences[0].transfer_s == pytest.approx(half.handoff().seconds(500, "nvlink"))
 
 
 def test_the_real_scheduler_chunks_prompts_and_preempts():

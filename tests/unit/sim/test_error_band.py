@@ -1,0 +1,42 @@
+"""``pdserve plan``'s error bands: the held-out rows closest to a shape, and the stored errors being current."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdserve.perfmodel.deployment import parse_deployment
+from pdserve.sim.error_band import band, error_rows, load
+from pdserve.sim.validate import replay, rows
+
+TABLE = [
+    {"id": "a", "software": "sglang", "hardware": "H200", "pd": False,
+     "errors": {"out tok/s": -0.10, "mean TTFT": 0.20, "mean TPOT": 0.05}},
+    {"id": "b", "software": "sglang", "hardware": "H200", "pd": False,
+     "errors": {"out tok/s": 0.04, "mean TTFT": -0.30, "mean TPOT": -0.02}},
+    {"id": "c", "software": "vllm", "hardware": "H200", "pd": False, "errors": {"mean TTFT": 0.5}},
+]
+
+
+def test_band_takes_the_closest_rows_and_says_what_it_dropped():
+    exact = band(parse_deployment("hardware=H200"), pd=False, table=TABLE)
+    assert exact.rows == ["a", "b"] and not exact.dropped
+    assert exact.ranges["TTFT"] == (-0.30, 0.20) and exact.ranges["throughput"] == (-0.10, 0.04)
+    assert "2 sglang, H200, colocated rows" in exact.describe() and "-30%..+20%" in exact.describe()
+    pd = band(parse_deployment("hardware=H200"), pd=True, table=TABLE)
+    assert pd.rows == ["a", "b"] and pd.dropped == "P/D" and "no held-out P/D run" in pd.describe()
+    other_gpu = band(parse_deployment("hardware=H20-96G,software=vllm"), pd=False, table=TABLE)
+    assert other_gpu.rows == ["c"] and other_gpu.dropped == "H20-96G"
+    assert band(parse_deployment(""), pd=False, table=[]).describe().startswith("no held-out run")
+
+
+def test_stored_errors_are_those_of_the_current_model():
+    """The file plan reads matches a fresh replay of one held-out row, and names only replayed held-out rows."""
+    stored = load()
+    assert stored, "sim/data/validation_errors.json is missing: python -m pdserve.sim.error_band"
+    table = {r["id"]: r for r in rows()}
+    assert all(table[s["id"]]["split"] == "held-out" and not table[s["id"]]["not_modeled"] for s in stored)
+    cheapest = min(stored, key=lambda s: int(dict(x.split("=") for x in table[s["id"]]["workload"].split(","))
+                                             ["prompts"]))
+    fresh = error_rows([replay(table[cheapest["id"]])])[0]
+    for name, err in cheapest["errors"].items():
+        assert fresh["errors"][name] == pytest.approx(err, abs=1e-3), (cheapest["id"], name)
