@@ -16,7 +16,8 @@ from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
 from pdserve.router.auth import TenantAuthInterceptor
 from pdserve.router.metrics import init_labels
 from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
-from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS
+from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, prompt_char_limit
+from pdserve.router.public_port import PublicPortLimits, max_request_bytes
 from pdserve.router.service import RouterConfig, RouterService
 from pdserve.router.tenancy import TenantLimits, TenantSalts
 from pdserve.router.workers import decode_pool, prefill_pool, split_target
@@ -59,6 +60,16 @@ def build_parser() -> FlagParser:
                         help="prompt tokens of one tenant's requests waiting for prefill (0: no limit)")
     parser.add_argument("--max-streams-per-connection", type=int, default=100,
                         help="concurrent calls one client connection may have open (HTTP/2 max concurrent streams)")
+    parser.add_argument("--max-concurrent-rpcs", type=int, default=1024,
+                        help="calls in flight over all connections (more are refused RESOURCE_EXHAUSTED before "
+                             "anything reads them); bounds the memory of requests being received")
+    parser.add_argument("--connection-idle-s", type=float, default=300.0,
+                        help="a client connection with no call for this long is closed (GOAWAY)")
+    parser.add_argument("--connection-max-age-s", type=float, default=3600.0,
+                        help="a client connection is asked to reconnect after this long (GOAWAY); its calls then "
+                             "have --connection-age-grace-s to finish")
+    parser.add_argument("--connection-age-grace-s", type=float, default=600.0,
+                        help="how long calls on a connection past its age may still run")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
     parser.add_argument("--discovery-interval-s", type=float, default=5.0,
@@ -81,8 +92,12 @@ def main(argv: list[str] | None = None) -> None:
     if not tenants.enabled:
         log.warning("no --auth-token-file: the public API is open, and every caller is the tenant 'default' (one "
                     "prefix cache, one request-id space, one Abort scope)")
-    if args.max_streams_per_connection < 1:
-        raise SystemExit("--max-streams-per-connection: must be at least 1")
+    for flag in ("max_streams_per_connection", "max_concurrent_rpcs"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(f"--{flag.replace('_', '-')}: must be at least 1")
+    for flag in ("connection_idle_s", "connection_max_age_s", "connection_age_grace_s"):
+        if getattr(args, flag) <= 0:
+            raise SystemExit(f"--{flag.replace('_', '-')}: must be more than 0")
     if args.max_prompt_chars < 1 or args.tokenizer_workers < 1:
         raise SystemExit("--max-prompt-chars and --tokenizer-workers: must be at least 1")
     for flag in ("tenant_max_inflight", "tenant_max_queued_tokens"):
@@ -99,6 +114,11 @@ def main(argv: list[str] | None = None) -> None:
         decode_prefetch=args.decode_prefetch, kv_dtype=args.kv_dtype, max_prompt_chars=args.max_prompt_chars,
         tokenizer_workers=args.tokenizer_workers)
     set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
+    port_limits = PublicPortLimits(
+        max_request_bytes(prompt_char_limit(tokenizer, model_config.context_length, args.max_prompt_chars),
+                          model_config.context_length),
+        args.max_streams_per_connection, args.connection_idle_s, args.connection_max_age_s,
+        args.connection_age_grace_s)
 
     async def run() -> None:
         prefill = prefill_pool([] if args.colocated else split_targets(args.prefill))
@@ -124,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             await serve("router", args.port, register, args.metrics_port, args.host,
                         interceptors=[TenantAuthInterceptor(tenants)], public=True, metrics_host=args.metrics_host,
-                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)])
+                        options=port_limits.options(), maximum_concurrent_rpcs=args.max_concurrent_rpcs)
         finally:
             for p in pollers:
                 p.cancel()
