@@ -13,8 +13,9 @@ import inspect
 import time
 
 import grpc
-from prometheus_client import Counter, Histogram, Info, start_http_server
+from prometheus_client import Counter, Histogram, Info
 
+from pdserve.common.metrics_http import start_metrics_http
 from pdserve.perfmodel.deployment import deployment_from_args
 
 # Bucket edges. Two clocks, two ranges: the modeled (GPU) clock must tell a 10.9 ms decode step from an 18.4 ms one
@@ -83,15 +84,11 @@ def set_process_info(service: str, args=None, model_name: str = "", fingerprint:
     PROCESS_INFO.info(labels)
 
 
-def start_metrics_server(port: int, host: str, identity=None) -> None:
+def start_metrics_server(port: int, host: str, identity=None):
     """Serve /metrics on ``host:port`` (loopback unless told otherwise). Under an identity (a ``common.identity.Identity``)
-    the page is HTTPS and asks for a client certificate from the stack's CA (Prometheus presents the prometheus
-    identity); without one, plain HTTP."""
-    if identity is None:
-        start_http_server(port, addr=host)
-    else:
-        start_http_server(port, addr=host, certfile=identity.cert_path, keyfile=identity.key_path,
-                          client_cafile=identity.ca_path, client_auth_required=True)
+    the page is HTTPS and asks for a client certificate from the stack's CA, and only the prometheus and admin roles
+    may read it (``common/metrics_http.py``); without one, plain HTTP."""
+    return start_metrics_http(port, host, identity)
 
 
 def _rpc_type(handler: grpc.RpcMethodHandler) -> str:
