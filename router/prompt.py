@@ -20,6 +20,10 @@ from pdserve.engine.tokenizer import GGUFTokenizer
 from pdserve.v1 import router_pb2
 
 MAX_PROMPT_CHARS = 1_000_000  # characters of one prompt, all its messages together, at most (whatever the context)
+# Characters per token a prompt that fits the context may average. Prose averages about 4 with byte-level BPE
+# vocabularies such as SmolLM2's, code fewer; the longest vocabulary entry (SmolLM2: dozens of bytes) would admit
+# prompts ten times longer than any that can fit, each tokenized in full before the length check refuses it.
+MAX_CHARS_PER_TOKEN = 8
 MAX_MESSAGES = 1024
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 DEFAULT_TOKENIZER_WORKERS = 2
@@ -30,11 +34,13 @@ class TokenizerBusy(Exception):
     """As many prompts are waiting for the tokenizer pool as the router allows."""
 
 
-def prompt_char_limit(tokenizer: GGUFTokenizer, context_length: int, cap: int = MAX_PROMPT_CHARS) -> int:
-    """The most characters a prompt can have and still fit the context: every token stands for at most as many bytes
-    as the longest vocabulary entry, and every character is at least one byte. Never more than ``cap``."""
+def prompt_char_limit(tokenizer: GGUFTokenizer, context_length: int, cap: int = MAX_PROMPT_CHARS,
+                      chars_per_token: int = MAX_CHARS_PER_TOKEN) -> int:
+    """The most characters a prompt may have: the context times the characters a token stands for, at most the
+    longest vocabulary entry's bytes (every character is at least one byte) and at most ``chars_per_token`` (a
+    realistic average). Never more than ``cap``."""
     longest = max(len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size))
-    return min(cap, context_length * longest)
+    return min(cap, context_length * min(longest, chars_per_token))
 
 
 class RequestValidator:

@@ -39,7 +39,8 @@ def build_parser() -> FlagParser:
     parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
     parser.add_argument("--max-prompt-chars", type=int, default=MAX_PROMPT_CHARS,
                         help="characters of one prompt (all its messages) at most; lower still where no more could "
-                             "fit the context (the context length x the longest token's bytes)")
+                             "fit the context (the context length x 8 characters a token, or the longest token's "
+                             "bytes if fewer)")
     parser.add_argument("--tokenizer-workers", type=int, default=DEFAULT_TOKENIZER_WORKERS,
                         help="threads that render chat templates and tokenize, off the event loop")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
@@ -54,7 +55,7 @@ def build_parser() -> FlagParser:
                         help=f"require 'authorization: Bearer <token>' on the public API: lines 'TENANT TOKEN' (or a "
                              f"bare TOKEN: tenant default), read again when the file changes (or one token in "
                              f"${TOKEN_ENV}; never logged)")
-    parser.add_argument("--tenant-max-inflight", type=int, default=256,
+    parser.add_argument("--tenant-max-inflight", type=int, default=128,
                         help="requests one tenant may have in flight (0: only --max-inflight)")
     parser.add_argument("--tenant-max-queued-tokens", type=int, default=262144,
                         help="prompt tokens of one tenant's requests waiting for prefill (0: no limit)")

@@ -61,6 +61,14 @@ class TenantSlot:
     tokens: int
     open: bool = field(default=True)
 
+    def queue(self, prompt_tokens: int) -> None:
+        """Count a tokenized prompt as queued for prefill; TenantLimitExceeded past the tenant's queued tokens (the
+        caller closes the slot)."""
+        self.limits.check_queued(self.tenant, prompt_tokens)
+        self.tokens += prompt_tokens
+        self.limits.queued[self.tenant] += prompt_tokens
+        QUEUED_TOKENS.labels(self.tenant).inc(prompt_tokens)
+
     def prefilled(self) -> None:
         if self.tokens:
             self.limits.queued[self.tenant] -= self.tokens
@@ -95,22 +103,28 @@ class TenantLimits:
             for limit in LIMITS:
                 REFUSED.labels(tenant, limit)
 
-    def admit(self, tenant: str, prompt_tokens: int) -> TenantSlot:
-        """A slot for one request; TenantLimitExceeded (naming the limit) when the tenant is at one."""
+    def admit(self, tenant: str, prompt_tokens: int = 0) -> TenantSlot:
+        """A slot for one request (or one Tokenize/Detokenize call), taken before its prompt is tokenized so that a
+        tenant at its limit costs the router no tokenizing; TenantLimitExceeded (naming the limit) when the tenant
+        is at one. The prompt's tokens join the slot once known (:meth:`TenantSlot.queue`)."""
         self._touch(tenant)
         if self.max_inflight and self.inflight[tenant] >= self.max_inflight:
             REFUSED.labels(tenant, "inflight").inc()
             raise TenantLimitExceeded("inflight", f"tenant {tenant!r} has {self.max_inflight} requests in flight, "
                                                   "its limit (--tenant-max-inflight)")
+        self.check_queued(tenant, prompt_tokens)
+        self.inflight[tenant] += 1
+        INFLIGHT.labels(tenant).inc()
+        ADMITTED.labels(tenant).inc()
+        slot = TenantSlot(self, tenant, 0)
+        if prompt_tokens:
+            slot.queue(prompt_tokens)
+        return slot
+
+    def check_queued(self, tenant: str, prompt_tokens: int) -> None:
         if self.max_queued_tokens and self.queued[tenant] + prompt_tokens > self.max_queued_tokens and \
                 self.queued[tenant]:  # a lone prompt longer than the limit still runs when nothing else waits
             REFUSED.labels(tenant, "queued_tokens").inc()
             raise TenantLimitExceeded("queued_tokens", f"tenant {tenant!r} has {self.queued[tenant]} prompt tokens "
                                                        f"waiting for prefill; the limit is {self.max_queued_tokens} "
                                                        "(--tenant-max-queued-tokens)")
-        self.inflight[tenant] += 1
-        self.queued[tenant] += prompt_tokens
-        INFLIGHT.labels(tenant).inc()
-        QUEUED_TOKENS.labels(tenant).inc(prompt_tokens)
-        ADMITTED.labels(tenant).inc()
-        return TenantSlot(self, tenant, prompt_tokens)
