@@ -24,7 +24,9 @@ from pdserve.common.identity import Identity, IdentityError
 log = logging.getLogger("pdserve")
 
 INSECURE_WARNING = ("--insecure-internal: the internal plane is NOT secured: no TLS, no identities, no per-RPC "
-                    "authorization, no KV MACs; any process that reaches an internal port can call every RPC "
+                    "authorization, no KV MACs; any process that reaches an internal port can call every RPC: read "
+                    "or overwrite any tenant's cached KV blocks (tenant cache isolation is gone), create and hold "
+                    "leases past every quota, abort or starve any request, and read /metrics in plain HTTP "
                     "(experiments only)")
 
 
