@@ -19,7 +19,7 @@ from pdserve.common.config import service_parser
 from pdserve.common.metrics import start_metrics_server
 from pdserve.common.server import follow_parent, setup_logging
 from pdserve.common.tenants import Tenants
-from pdserve.common.tls import configure_from_args, identity
+from pdserve.common.tls import configure_from_args, identity, warn_if_tokens_in_clear
 from pdserve.openai_server.app import create_app
 from pdserve.openai_server.limits import EdgeLimits, deadline_protocol
 from pdserve.openai_server.router_pool import RouterPool, pool_size
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     follow_parent()
     tls = configure_from_args(args, "openai")
     tenants = Tenants.from_flag(args.auth_token_file)
+    warn_if_tokens_in_clear(args.host, args.port, tls, tenants.enabled, "openai_server")
     if args.metrics_port:  # /metrics is also on the HTTP port; this mirrors the other services' flag
         start_metrics_server(args.metrics_port, args.metrics_host, identity())
     pinned = [("grpc.ssl_target_name_override", args.router_name)] if tls.calls_tls and args.router_name else []

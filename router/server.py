@@ -9,7 +9,7 @@ from pdserve.common.config import FlagParser, add_model_flags, service_parser, s
 from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tenants import TOKEN_ENV, Tenants
-from pdserve.common.tls import configure_from_args, identity
+from pdserve.common.tls import configure_from_args, identity, warn_if_tokens_in_clear
 from pdserve.engine.runtime import model_metadata
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.lease import DEFAULT_LEASE_TTL_S
@@ -88,8 +88,9 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             parser.error(f"--{flag}: {exc}")
     setup_logging(args.log_level)
-    configure_from_args(args, "router", needs_kv_key=True)
+    public = configure_from_args(args, "router", needs_kv_key=True)
     tenants = Tenants.from_flag(args.auth_token_file)
+    warn_if_tokens_in_clear(args.host, args.port, public, tenants.enabled, "router")
     if not tenants.enabled:
         log.warning("no --auth-token-file: the public API is open, and every caller is the tenant 'default' (one "
                     "prefix cache, one request-id space, one Abort scope)")
