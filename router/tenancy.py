@@ -9,7 +9,6 @@ usage figures, timing or the kvstore; within a tenant, callers that want the sam
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field
@@ -30,13 +29,13 @@ CLIENT_ID_PART = 96  # of a client's request id, in the internal id (which worke
 
 class TenantSalts:
     def __init__(self, stack_key: bytes | None) -> None:
-        """``stack_key``: the stack's KV key (None under --insecure-internal: salts are then plain hashes)."""
-        self._key = derive(stack_key, b"tenant-salt") if stack_key else None
+        """``stack_key``: the stack's KV key. Without one (--insecure-internal) a random key of this router's: the
+        salts stay secret (a tenant cannot compute another's block names), but blocks cached before a restart of the
+        router, or by another router, are not found again."""
+        self._key = derive(stack_key, b"tenant-salt") if stack_key else secrets.token_bytes(32)
 
     def salt(self, tenant: str, cache_salt: str = "") -> str:
         message = f"{len(tenant)}:{tenant}{cache_salt}".encode()  # unambiguous: the tenant's length first
-        if self._key is None:
-            return hashlib.sha256(b"pdserve/tenant-salt\0" + message).hexdigest()
         return hmac.digest(self._key, message, "sha256").hex()
 
 

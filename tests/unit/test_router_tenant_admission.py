@@ -70,3 +70,15 @@ def test_tokenize_holds_a_slot_while_it_runs():
 
     during, count = asyncio.run(scenario())
     assert during == 1 and count >= 1 and limits.inflight["default"] == 0
+
+
+def test_without_a_stack_key_tenant_salts_are_still_secret():
+    """--insecure-internal: a random key per router, never a hash anyone can compute from the tenant's name."""
+    import hashlib
+
+    from pdserve.router.tenancy import TenantSalts
+
+    plain = hashlib.sha256(b"pdserve/tenant-salt\0" + b"5:alice").hexdigest()
+    one, two = TenantSalts(None), TenantSalts(None)
+    assert one.salt("alice") == one.salt("alice") != plain
+    assert one.salt("alice") != two.salt("alice")
