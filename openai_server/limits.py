@@ -26,8 +26,10 @@ UNLIMITED_PATHS = ("/health", "/metrics")  # probes and scrapes are not requests
 
 class EdgeLimits:
     def __init__(self, app, tenants: Tenants | None, max_concurrent: int, tenant_max_inflight: int,
-                 body_deadline_s: float, retry_after_s: int = 1) -> None:
-        self.app, self.tenants = app, tenants
+                 body_deadline_s: float, retry_after_s: int = 1, metrics_elsewhere: bool = False) -> None:
+        """``metrics_elsewhere``: /metrics is served on the metrics port (only to the metrics roles), so with tokens
+        configured the public port answers it 404 instead of showing every tenant's load to any tenant's token."""
+        self.app, self.tenants, self.metrics_elsewhere = app, tenants, metrics_elsewhere
         self.max_concurrent, self.tenant_max_inflight = max_concurrent, tenant_max_inflight
         self.body_deadline_s, self.retry_after_s = body_deadline_s, retry_after_s
         self.total = 0
@@ -39,6 +41,10 @@ class EdgeLimits:
         return self.tenants.tenant_of(dict(scope.get("headers") or ()).get(b"authorization"))
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/metrics" and self.metrics_elsewhere and \
+                self._tenant(scope) is not None:  # a tenant's token (a wrong one gets the app's 401)
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
+            return await send({"type": "http.response.body", "body": b"/metrics is on the edge's metrics port\n"})
         if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
             return await self.app(scope, receive, send)
         scope[BODY_DEADLINE_KEY] = self.body_deadline_s

@@ -3,7 +3,8 @@
 Security follows the router's: ``--tls-cert`` / ``--tls-key`` serve HTTPS, ``--tls-ca`` verifies the router's TLS
 certificate (the edge presents its own identity's certificate to it), and a caller's ``Authorization: Bearer``
 header is checked here on every route but /health (``--auth-token-file``, the router's file) and again at the
-router. /metrics, on the HTTP port and on ``--metrics-port``, is as protected as every other route.
+router. With ``--metrics-port`` and tokens, /metrics is served there only (HTTPS, to the prometheus and admin
+identities) and the HTTP port answers a tenant's token 404; otherwise the HTTP port serves it as every other route.
 
 Under load (``limits.py``, ``router_pool.py``): requests in flight are bounded in all and per tenant (429 past
 either), each request has a deadline at the router, a connection must deliver its headers and its body within
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(args.router, client=router, timeout_s=args.request_timeout_s or None,
                      retry_after_s=args.retry_after_s, tenants=tenants)
     limited = EdgeLimits(app, tenants, args.max_concurrent_requests, args.tenant_max_inflight, args.body_deadline_s,
-                         args.retry_after_s)
+                         args.retry_after_s, metrics_elsewhere=bool(args.metrics_port))
     uvicorn.run(limited, host=args.host, port=args.port, log_level=args.log_level.lower(), timeout_graceful_shutdown=5,
                 ssl_certfile=tls.cert, ssl_keyfile=tls.key, http=deadline_protocol(args.headers_deadline_s),
                 limit_concurrency=args.max_connections)
