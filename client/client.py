@@ -113,9 +113,12 @@ class PdserveClient:
 
 class AsyncPdserveClient:
     def __init__(self, target: str = "127.0.0.1:50050", credentials: grpc.ChannelCredentials | None = None,
-                 token: str | None = None) -> None:
-        self.channel = (grpc.aio.secure_channel(target, credentials, options=GRPC_OPTIONS) if credentials
-                        else grpc.aio.insecure_channel(target, options=GRPC_OPTIONS))
+                 token: str | None = None, options: list[tuple[str, object]] | None = None) -> None:
+        """``options``: more grpc channel arguments (e.g. ``grpc.use_local_subchannel_pool`` for a connection of its
+        own)."""
+        options = GRPC_OPTIONS + (options or [])
+        self.channel = (grpc.aio.secure_channel(target, credentials, options=options) if credentials
+                        else grpc.aio.insecure_channel(target, options=options))
         self.stub = router_pb2_grpc.RouterStub(self.channel)
         self.metadata = auth_metadata(token)
 

@@ -37,6 +37,12 @@ DEFAULT_DAYS = 90
 STACK_ROLES = ("router", "prefill", "decode", "kvstore", "openai", "prometheus", "admin")  # what `pdserve up` makes
 
 
+# A role's key signs TLS handshakes (ECDHE with ECDSA), nothing else: never certificates (BasicConstraints CA:FALSE)
+ROLE_KEY_USAGE = x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                               data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                               encipher_only=False, decipher_only=False)
+
+
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
@@ -100,6 +106,8 @@ def make_identities(directory: str | Path, roles: Iterable[str] = STACK_ROLES, h
                 .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                                critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(ROLE_KEY_USAGE, critical=True)
                 .sign(ca_key, hashes.SHA256()))
         role_dir = d / role
         role_dir.mkdir(exist_ok=True)

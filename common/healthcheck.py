@@ -22,11 +22,10 @@ def serving(target: str, identity: Identity | None) -> bool:
     if identity is not None and identity.role == "openai":  # the HTTP edge
         return http_ok(f"{'https' if public_tls else 'http'}://{target}/health", 3.0,
                        identity.ca_path if public_tls else None)
-    if identity is None or identity.role == "router":  # the router's port is the public one
+    if identity is None or identity.role == "router":  # the router's port is the public one: pinned to "router"
         creds = grpc.ssl_channel_credentials(identity.ca) if identity is not None and public_tls else None
-    else:
-        creds = identity.channel_credentials
-    return grpc_serving(target, creds, timeout_s=3.0)
+        return grpc_serving(target, creds, timeout_s=3.0, server_name="router")
+    return grpc_serving(target, identity.channel_credentials, timeout_s=3.0, server_name=identity.role)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,9 @@ import time
 from typing import Protocol
 
 import grpc
-from prometheus_client import Counter, Histogram, Info, start_http_server
+from prometheus_client import Counter, Histogram, Info
+
+from pdserve.common.metrics_http import start_metrics_http
 
 # Bucket edges. Two clocks, two ranges: the modeled (GPU) clock must tell a 10.9 ms decode step from an 18.4 ms one
 # and place a ~100 ms request within 10%; the wall (CPU) clock of a numpy model runs 10-100x slower. Per-RPC latency
@@ -85,15 +87,11 @@ def set_process_info(service: str, model_name: str = "", fingerprint: str = "",
     PROCESS_INFO.info(labels)
 
 
-def start_metrics_server(port: int, host: str, identity=None) -> None:
+def start_metrics_server(port: int, host: str, identity=None):
     """Serve /metrics on ``host:port`` (loopback unless told otherwise). Under an identity (a ``common.identity.Identity``)
-    the page is HTTPS and asks for a client certificate from the stack's CA (Prometheus presents the prometheus
-    identity); without one, plain HTTP."""
-    if identity is None:
-        start_http_server(port, addr=host)
-    else:
-        start_http_server(port, addr=host, certfile=identity.cert_path, keyfile=identity.key_path,
-                          client_cafile=identity.ca_path, client_auth_required=True)
+    the page is HTTPS and asks for a client certificate from the stack's CA, and only the prometheus and admin roles
+    may read it (``common/metrics_http.py``); without one, plain HTTP."""
+    return start_metrics_http(port, host, identity)
 
 
 def _rpc_type(handler: grpc.RpcMethodHandler) -> str:

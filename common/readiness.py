@@ -37,9 +37,11 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 15.0, what: str
 
 
 def grpc_serving(target: str, credentials: grpc.ChannelCredentials | None = None,
-                 timeout_s: float = 1.0) -> bool:
-    """Whether the server at ``target`` answers grpc.health.v1 with SERVING (False for any error)."""
-    with grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target) as ch:
+                 timeout_s: float = 1.0, server_name: str | None = None) -> bool:
+    """Whether the server at ``target`` answers grpc.health.v1 with SERVING (False for any error); over TLS the
+    server's certificate must be valid for ``server_name`` when given (else for the target's host)."""
+    options = [("grpc.ssl_target_name_override", server_name)] if credentials and server_name else None
+    with grpc.secure_channel(target, credentials, options) if credentials else grpc.insecure_channel(target) as ch:
         try:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
         except grpc.RpcError:

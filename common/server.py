@@ -102,6 +102,7 @@ async def serve(
     options: Iterable[tuple[str, object]] = (),
     public: bool = False,
     metrics_host: str = "127.0.0.1",
+    maximum_concurrent_rpcs: int | None = None,
 ) -> None:
     """Start a service and run until SIGTERM/SIGINT.
 
@@ -109,13 +110,15 @@ async def serve(
     Health reports SERVING for each once the server has started, NOT_SERVING while it drains. An internal service
     (``public`` False) run with an identity serves mutual TLS and authorizes every RPC by the caller's role; a public
     one (the router) serves TLS when ``--tls-cert`` is set and leaves callers to its own interceptors (bearer
-    tokens), which run after the metrics one.
+    tokens), which run after the metrics one. ``options`` replace the defaults of the same name;
+    ``maximum_concurrent_rpcs`` bounds calls in flight over all connections (more are refused RESOURCE_EXHAUSTED).
     """
     follow_parent()
     identity = tls.identity()
     guard = [RoleAuthorizer()] if identity is not None and not public else []
+    merged = dict(GRPC_OPTIONS) | dict(options)
     server = grpc.aio.server(interceptors=[MetricsInterceptor(name), *guard, *interceptors],
-                             options=GRPC_OPTIONS + list(options))
+                             options=list(merged.items()), maximum_concurrent_rpcs=maximum_concurrent_rpcs)
     service_names = list(register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

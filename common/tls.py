@@ -13,6 +13,7 @@ another pdserve service.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,9 @@ from pdserve.common.identity import Identity, IdentityError
 log = logging.getLogger("pdserve")
 
 INSECURE_WARNING = ("--insecure-internal: the internal plane is NOT secured: no TLS, no identities, no per-RPC "
-                    "authorization, no KV MACs; any process that reaches an internal port can call every RPC "
+                    "authorization, no KV MACs; any process that reaches an internal port can call every RPC: read "
+                    "or overwrite any tenant's cached KV blocks (tenant cache isolation is gone), create and hold "
+                    "leases past every quota, abort or starve any request, and read /metrics in plain HTTP "
                     "(experiments only)")
 
 
@@ -125,3 +128,23 @@ def configure_from_args(args, role: str, needs_kv_key: bool = False) -> TLSConfi
             raise SystemExit(f"--identity: {args.identity} is a {ident.role} identity; this service is {role}")
     configure(public, ident)
     return public
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_tokens_in_clear(host: str, port: int, public: TLSConfig, tokens_enabled: bool, service: str) -> bool:
+    """Warn when bearer tokens (and the prompts beside them) would cross the network in clear: tokens configured, no
+    TLS on the public port, and a bind address beyond loopback. Returns whether it warned."""
+    if not tokens_enabled or public.serves_tls or is_loopback(host):
+        return False
+    log.warning("%s: bearer tokens and prompts travel in clear on %s:%d (reachable beyond this host, no TLS): anyone "
+                "on the path can read and replay them; serve TLS with --tls-cert/--tls-key, or bind to 127.0.0.1",
+                service, host, port)
+    return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
 
@@ -19,6 +20,8 @@ from pdserve.kvstore.store import DEFAULT_CAPACITY_MB, DEFAULT_MAX_BLOCKS, DEFAU
 from pdserve.kvstore.wire import decoder, serialize
 from pdserve.testing.v1 import kvstore_faults_pb2, kvstore_faults_pb2_grpc
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+
+log = logging.getLogger("pdserve.kvstore")
 
 
 class _Handlers:
@@ -72,9 +75,10 @@ def shm_files(args) -> shm.ShmRegistry | None:
         raise SystemExit("--kv-shm: needs Linux (memfd_create and SCM_RIGHTS)")
     try:
         return shm.ShmRegistry(args.port)
-    except OSError as exc:
-        raise SystemExit(f"--kv-shm: cannot open the shared-memory socket for port {args.port}: {exc.strerror}") \
-            from None
+    except OSError as exc:  # no private directory, or the socket cannot be made: serve KV over gRPC only
+        log.warning("--kv-shm: cannot open the shared-memory socket for port %d (%s); serving without shared "
+                    "memory (clients fall back to gRPC)", args.port, exc.strerror or exc)
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,6 +27,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from pdserve.common.private_dir import private_dir
+
 log = logging.getLogger("pdserve.kvstore.shm")
 
 MAX_FILES_PER_CLIENT = 64  # descriptors one client connection may have registered at once
@@ -43,8 +45,9 @@ def available() -> bool:
 
 
 def socket_address(port: int) -> str:
-    """The kvstore's Unix socket, in the abstract namespace (no file to leave behind), named by its gRPC port."""
-    return f"\0pdserve-kv-shm-{port}"
+    """The kvstore's Unix socket, named by its gRPC port, in this user's private directory (``common/private_dir.py``):
+    another local user can neither take the name first (as one could in the abstract namespace) nor connect."""
+    return str(private_dir() / f"kv-shm-{port}.sock")
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -72,7 +75,10 @@ class ShmRegistry:
 
     def __init__(self, port: int) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        self.sock.bind(socket_address(port))
+        path = socket_address(port)
+        with contextlib.suppress(FileNotFoundError):  # left by a kvstore of this user that died on this port
+            os.unlink(path)
+        self.sock.bind(path)
         self.sock.listen(16)
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()

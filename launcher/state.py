@@ -3,7 +3,7 @@
 The supervisor (launcher/supervisor.py) rewrites it after every change: each process's name, role, address, metrics
 port, pid, state, restarts, last exit status and last health probe. ``pdserve up --status`` prints it with a live
 probe of each process; ``pdserve bench chaos --attach`` reads it to find what to kill and waits on it for the restart.
-It lives in a directory only its user can read (``$XDG_RUNTIME_DIR/pdserve`` or ``/tmp/pdserve-<uid>``), one file per
+It lives in a directory only its user can read (``common/private_dir.py``: a squatted one is skipped), one file per
 router port, and is removed when ``pdserve up`` stops.
 """
 
@@ -11,36 +11,25 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from pdserve.common.private_dir import private_dir
 from pdserve.common.readiness import grpc_serving, http_ok
 from pdserve.launcher.identities import StackIdentities, StackSecurity
 from pdserve.workload.report import fixed_width
 
 
 def state_dir() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "pdserve" if runtime else Path(tempfile.gettempdir()) / f"pdserve-{os.getuid()}"
+    """This user's private directory (``common/private_dir.py``): a squatted one is skipped, never fatal."""
+    return private_dir()
 
 
 def default_state_path(router_port: int) -> Path:
     """The state file of the stack whose router listens on ``router_port``, in a directory only this user reads."""
-    directory = state_dir()
-    _private_dir(directory)
-    return directory / f"up-{router_port}.json"
-
-
-def _private_dir(path: Path) -> None:
-    """Create ``path`` (mode 0700) or check that an existing one is this user's and nobody else's."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-        raise PermissionError(f"state directory {path}: must belong to this user with mode 0700")
+    return state_dir() / f"up-{router_port}.json"
 
 
 def write_state(path: Path, state: dict) -> None:

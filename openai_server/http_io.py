@@ -1,5 +1,5 @@
-"""The edge's HTTP plumbing below the routes: per-route metrics as ASGI middleware, a bounded body, a request's
-work cancelled when its client goes away, server-sent events."""
+"""The edge's HTTP plumbing below the routes: per-route metrics as ASGI middleware, a bounded body received within a
+deadline, a request's work cancelled when its client goes away, server-sent events."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 from fastapi import Request
 
 from pdserve.openai_server.errors import ApiError
-from pdserve.openai_server.metrics import DISCONNECTS, HTTP_INFLIGHT, HTTP_REQUESTS, HTTP_SECONDS
+from pdserve.openai_server.metrics import DISCONNECTS, HTTP_INFLIGHT, HTTP_REQUESTS, HTTP_SECONDS, LIMITED
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # under the router's gRPC message limit (common.server.MAX_MESSAGE_BYTES)
+BODY_DEADLINE_KEY = "pdserve.body_deadline_s"  # set in the ASGI scope by limits.EdgeLimits
 
 
 ROUTES = ("/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/health", "/metrics")
@@ -53,16 +54,29 @@ class MetricsMiddleware:
 
 
 async def read_body(request: Request) -> bytes:
-    """The body, refused (413) past MAX_BODY_BYTES: bigger ones could not travel to the router anyway."""
+    """The body, refused (413) past MAX_BODY_BYTES: bigger ones could not travel to the router anyway; and 408 when
+    it has not all arrived within the deadline the edge set (a client trickling its body holds no slot for long)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise ApiError(413, f"the body has {declared} bytes; at most {MAX_BODY_BYTES} are accepted")
-    body = b""
-    async for part in request.stream():
-        body += part
-        if len(body) > MAX_BODY_BYTES:
-            raise ApiError(413, f"the body exceeds {MAX_BODY_BYTES} bytes")
-    return body
+    deadline_s = request.scope.get(BODY_DEADLINE_KEY)
+    parts: list[bytes] = []
+    size = 0
+
+    async def receive() -> None:
+        nonlocal size
+        async for part in request.stream():
+            parts.append(part)
+            size += len(part)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(413, f"the body exceeds {MAX_BODY_BYTES} bytes")
+    try:
+        async with asyncio.timeout(deadline_s):
+            await receive()
+    except TimeoutError:
+        LIMITED.labels("body_deadline").inc()
+        raise ApiError(408, f"the request body did not arrive within {deadline_s:g} s") from None
+    return b"".join(parts)
 
 
 async def until_disconnect(request: Request) -> None:

@@ -67,9 +67,12 @@ def check_flags(args) -> None:
             [split_target(t) for t in split_targets(getattr(args, flag))]
         except ValueError as exc:
             raise ValueError(f"--{flag}: {exc}") from None
-    for flag in ("max_streams_per_connection", "max_prompt_chars", "tokenizer_workers"):
+    for flag in ("max_streams_per_connection", "max_concurrent_rpcs", "max_prompt_chars", "tokenizer_workers"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')}: must be at least 1")
+    for flag in ("connection_idle_s", "connection_max_age_s", "connection_age_grace_s"):
+        if not getattr(args, flag) > 0:
+            raise ValueError(f"--{flag.replace('_', '-')}: must be more than 0")
     for flag in ("tenant_max_inflight", "tenant_max_queued_tokens"):
         if getattr(args, flag) < 0:
             raise ValueError(f"--{flag.replace('_', '-')}: must be at least 0")

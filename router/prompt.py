@@ -3,23 +3,28 @@
 Sizes are checked first, on the event loop, where they cost nothing: a prompt with more characters than could fit the
 context is refused before anything reads it. Rendering the chat template and tokenizing then run in a small thread
 pool (:meth:`RequestValidator.off_loop`), so that one long prompt does not stall every other stream the router relays;
-the pool takes at most ``max_pending`` jobs at a time, and more are refused as overload.
+the pool takes at most ``max_pending`` jobs at a time, and more are refused as overload. Waiting jobs take their
+turns round-robin by tenant (``router/fair_pool.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from pdserve.common.convert import sampling_from_proto
 from pdserve.common.validation import check_request_id
 from pdserve.engine.params import InvalidParameter, SamplingParams, validate_request
 from pdserve.engine.text.tokenizer import GGUFTokenizer
+from pdserve.router.auth import current_tenant
+from pdserve.router.fair_pool import FairPool
 from pdserve.v1 import router_pb2
 
 MAX_PROMPT_CHARS = 1_000_000  # characters of one prompt, all its messages together, at most (whatever the context)
+# Characters per token a prompt that fits the context may average. Prose averages about 4 with byte-level BPE
+# vocabularies such as SmolLM2's, code fewer; the longest vocabulary entry (SmolLM2: dozens of bytes) would admit
+# prompts ten times longer than any that can fit, each tokenized in full before the length check refuses it.
+MAX_CHARS_PER_TOKEN = 8
 MAX_MESSAGES = 1024
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 DEFAULT_TOKENIZER_WORKERS = 2
@@ -30,11 +35,13 @@ class TokenizerBusy(Exception):
     """As many prompts are waiting for the tokenizer pool as the router allows."""
 
 
-def prompt_char_limit(tokenizer: GGUFTokenizer, context_length: int, cap: int = MAX_PROMPT_CHARS) -> int:
-    """The most characters a prompt can have and still fit the context: every token stands for at most as many bytes
-    as the longest vocabulary entry, and every character is at least one byte. Never more than ``cap``."""
+def prompt_char_limit(tokenizer: GGUFTokenizer, context_length: int, cap: int = MAX_PROMPT_CHARS,
+                      chars_per_token: int = MAX_CHARS_PER_TOKEN) -> int:
+    """The most characters a prompt may have: the context times the characters a token stands for, at most the
+    longest vocabulary entry's bytes (every character is at least one byte) and at most ``chars_per_token`` (a
+    realistic average). Never more than ``cap``."""
     longest = max(len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size))
-    return min(cap, context_length * longest)
+    return min(cap, context_length * min(longest, chars_per_token))
 
 
 class RequestValidator:
@@ -45,17 +52,18 @@ class RequestValidator:
         self.model_name = model_name
         self.context_length = context_length
         self.max_chars = prompt_char_limit(tokenizer, context_length, max_chars)
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tokenize")
+        self.pool = FairPool(workers)
         self.max_pending = max_pending
         self.pending = 0
 
     async def off_loop(self, fn: Callable[..., T], *args) -> T:
-        """``fn(*args)`` in the tokenizer pool; TokenizerBusy when ``max_pending`` calls are already queued there."""
+        """``fn(*args)`` in the tokenizer pool, in the caller's tenant's turn; TokenizerBusy when ``max_pending`` calls
+        are already queued there."""
         if self.pending >= self.max_pending:
             raise TokenizerBusy(f"tokenizer: {self.pending} prompts are waiting to be tokenized")
         self.pending += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+            return await self.pool.run(current_tenant.get(), fn, *args)
         finally:
             self.pending -= 1
 

@@ -9,7 +9,7 @@ from pdserve.common.config import FlagParser, add_model_flags, service_parser
 from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tenants import TOKEN_ENV, Tenants
-from pdserve.common.tls import configure_from_args, identity
+from pdserve.common.tls import configure_from_args, identity, warn_if_tokens_in_clear
 from pdserve.engine.runtime import model_metadata
 from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.contract import DEFAULT_LEASE_TTL_S, MAX_LEASE_TTL_S
@@ -17,7 +17,8 @@ from pdserve.router.auth import TenantAuthInterceptor
 from pdserve.router.config import RouterConfig, check_flags
 from pdserve.router.metrics import init_labels
 from pdserve.router.policy import PREFILL_POLICIES, PrefillPolicy
-from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS
+from pdserve.router.prompt import DEFAULT_TOKENIZER_WORKERS, MAX_PROMPT_CHARS, prompt_char_limit
+from pdserve.router.public_port import PublicPortLimits, max_request_bytes
 from pdserve.router.service import RouterService
 from pdserve.router.tenancy import TenantLimits, TenantSalts
 from pdserve.router.workers import decode_pool, prefill_pool
@@ -39,7 +40,8 @@ def build_parser() -> FlagParser:
     parser.add_argument("--max-inflight", type=int, default=512, help="requests before RESOURCE_EXHAUSTED")
     parser.add_argument("--max-prompt-chars", type=int, default=MAX_PROMPT_CHARS,
                         help="characters of one prompt (all its messages) at most; lower still where no more could "
-                             "fit the context (the context length x the longest token's bytes)")
+                             "fit the context (the context length x 8 characters a token, or the longest token's "
+                             "bytes if fewer)")
     parser.add_argument("--tokenizer-workers", type=int, default=DEFAULT_TOKENIZER_WORKERS,
                         help="threads that render chat templates and tokenize, off the event loop")
     parser.add_argument("--lease-ttl-s", type=float, default=DEFAULT_LEASE_TTL_S,
@@ -54,12 +56,22 @@ def build_parser() -> FlagParser:
                         help=f"require 'authorization: Bearer <token>' on the public API: lines 'TENANT TOKEN' (or a "
                              f"bare TOKEN: tenant default), read again when the file changes (or one token in "
                              f"${TOKEN_ENV}; never logged)")
-    parser.add_argument("--tenant-max-inflight", type=int, default=256,
+    parser.add_argument("--tenant-max-inflight", type=int, default=128,
                         help="requests one tenant may have in flight (0: only --max-inflight)")
     parser.add_argument("--tenant-max-queued-tokens", type=int, default=262144,
                         help="prompt tokens of one tenant's requests waiting for prefill (0: no limit)")
     parser.add_argument("--max-streams-per-connection", type=int, default=100,
                         help="concurrent calls one client connection may have open (HTTP/2 max concurrent streams)")
+    parser.add_argument("--max-concurrent-rpcs", type=int, default=1024,
+                        help="calls in flight over all connections (more are refused RESOURCE_EXHAUSTED before "
+                             "anything reads them); bounds the memory of requests being received")
+    parser.add_argument("--connection-idle-s", type=float, default=300.0,
+                        help="a client connection with no call for this long is closed (GOAWAY)")
+    parser.add_argument("--connection-max-age-s", type=float, default=3600.0,
+                        help="a client connection is asked to reconnect after this long (GOAWAY); its calls then "
+                             "have --connection-age-grace-s to finish")
+    parser.add_argument("--connection-age-grace-s", type=float, default=600.0,
+                        help="how long calls on a connection past its age may still run")
     parser.add_argument("--load-poll-interval-s", type=float, default=0.25,
                         help="how often workers' loads are polled (0: never; routing then uses only local counts)")
     parser.add_argument("--discovery-interval-s", type=float, default=5.0,
@@ -76,14 +88,20 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     setup_logging(args.log_level)
-    configure_from_args(args, "router", needs_kv_key=True)
+    public = configure_from_args(args, "router", needs_kv_key=True)
     tenants = Tenants.from_flag(args.auth_token_file)
+    warn_if_tokens_in_clear(args.host, args.port, public, tenants.enabled, "router")
     if not tenants.enabled:
         log.warning("no --auth-token-file: the public API is open, and every caller is the tenant 'default' (one "
                     "prefix cache, one request-id space, one Abort scope)")
     tokenizer, model_config, default_name = model_metadata(args.model)
     config = RouterConfig.from_args(args, default_name, model_config.context_length, model_config.fingerprint)
     set_process_info("router", model_name=config.model_name, fingerprint=config.fingerprint)
+    port_limits = PublicPortLimits(
+        max_request_bytes(prompt_char_limit(tokenizer, model_config.context_length, args.max_prompt_chars),
+                          model_config.context_length),
+        args.max_streams_per_connection, args.connection_idle_s, args.connection_max_age_s,
+        args.connection_age_grace_s)
 
     async def run() -> None:
         prefill = prefill_pool(list(config.prefill_targets))
@@ -110,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             await serve("router", args.port, register, args.metrics_port, args.host,
                         interceptors=[TenantAuthInterceptor(tenants)], public=True, metrics_host=args.metrics_host,
-                        options=[("grpc.max_concurrent_streams", config.max_streams_per_connection)])
+                        options=port_limits.options(), maximum_concurrent_rpcs=args.max_concurrent_rpcs)
         finally:
             for p in pollers:
                 p.cancel()

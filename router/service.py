@@ -89,10 +89,8 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             id=c.model_name, context_length=c.context_length, vocab_size=self.tokenizer.vocab_size,
             fingerprint=c.fingerprint)])
 
-    async def Generate(self, request, context):
-        tenant = current_tenant.get()
-        request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
-        await self._shed_if_full(context)  # before tokenizing: a full router does not spend time on the prompt
+    async def _admit(self, request, request_id: str, tenant: str, slot, context):
+        """Validate and tokenize a request whose tenant slot is taken; its prompt tokens then join the slot."""
         try:
             if request_id:
                 check_request_id(request_id)
@@ -109,9 +107,24 @@ class RouterService(TokenizeRPCs, router_pb2_grpc.RouterServicer):
             REJECTED.labels("duplicate_id").inc()
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request_id: {request_id!r} is already in flight")
         try:
-            slot = self.limits.admit(tenant, len(ids))
+            slot.queue(len(ids))
         except TenantLimitExceeded as exc:
             await self._shed(context, "tenant_limit", str(exc))
+        return ids, params
+
+    async def Generate(self, request, context):
+        tenant = current_tenant.get()
+        request_id = request.request_id or dict(context.invocation_metadata() or ()).get("x-request-id", "")
+        await self._shed_if_full(context)  # before tokenizing: a full router does not spend time on the prompt
+        try:  # the tenant's slot too: a tenant at its limit gets no tokenizing
+            slot = self.limits.admit(tenant)
+        except TenantLimitExceeded as exc:
+            await self._shed(context, "tenant_limit", str(exc))
+        try:
+            ids, params = await self._admit(request, request_id, tenant, slot, context)
+        except BaseException:
+            slot.close()
+            raise
         request_id = request_id or uuid.uuid4().hex
         worker_id = internal_id(request_id)
         samples = [RequestState(request_id, len(ids), colocated=self.config.colocated) for _ in range(params.n)]

@@ -9,7 +9,6 @@ usage figures, timing or the kvstore; within a tenant, callers that want the sam
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field
@@ -30,13 +29,13 @@ CLIENT_ID_PART = 96  # of a client's request id, in the internal id (which worke
 
 class TenantSalts:
     def __init__(self, stack_key: bytes | None) -> None:
-        """``stack_key``: the stack's KV key (None under --insecure-internal: salts are then plain hashes)."""
-        self._key = derive(stack_key, b"tenant-salt") if stack_key else None
+        """``stack_key``: the stack's KV key. Without one (--insecure-internal) a random key of this router's: the
+        salts stay secret (a tenant cannot compute another's block names), but blocks cached before a restart of the
+        router, or by another router, are not found again."""
+        self._key = derive(stack_key, b"tenant-salt") if stack_key else secrets.token_bytes(32)
 
     def salt(self, tenant: str, cache_salt: str = "") -> str:
         message = f"{len(tenant)}:{tenant}{cache_salt}".encode()  # unambiguous: the tenant's length first
-        if self._key is None:
-            return hashlib.sha256(b"pdserve/tenant-salt\0" + message).hexdigest()
         return hmac.digest(self._key, message, "sha256").hex()
 
 
@@ -60,6 +59,14 @@ class TenantSlot:
     tenant: str
     tokens: int
     open: bool = field(default=True)
+
+    def queue(self, prompt_tokens: int) -> None:
+        """Count a tokenized prompt as queued for prefill; TenantLimitExceeded past the tenant's queued tokens (the
+        caller closes the slot)."""
+        self.limits.check_queued(self.tenant, prompt_tokens)
+        self.tokens += prompt_tokens
+        self.limits.queued[self.tenant] += prompt_tokens
+        QUEUED_TOKENS.labels(self.tenant).inc(prompt_tokens)
 
     def prefilled(self) -> None:
         if self.tokens:
@@ -95,22 +102,28 @@ class TenantLimits:
             for limit in LIMITS:
                 REFUSED.labels(tenant, limit)
 
-    def admit(self, tenant: str, prompt_tokens: int) -> TenantSlot:
-        """A slot for one request; TenantLimitExceeded (naming the limit) when the tenant is at one."""
+    def admit(self, tenant: str, prompt_tokens: int = 0) -> TenantSlot:
+        """A slot for one request (or one Tokenize/Detokenize call), taken before its prompt is tokenized so that a
+        tenant at its limit costs the router no tokenizing; TenantLimitExceeded (naming the limit) when the tenant
+        is at one. The prompt's tokens join the slot once known (:meth:`TenantSlot.queue`)."""
         self._touch(tenant)
         if self.max_inflight and self.inflight[tenant] >= self.max_inflight:
             REFUSED.labels(tenant, "inflight").inc()
             raise TenantLimitExceeded("inflight", f"tenant {tenant!r} has {self.max_inflight} requests in flight, "
                                                   "its limit (--tenant-max-inflight)")
+        self.check_queued(tenant, prompt_tokens)
+        self.inflight[tenant] += 1
+        INFLIGHT.labels(tenant).inc()
+        ADMITTED.labels(tenant).inc()
+        slot = TenantSlot(self, tenant, 0)
+        if prompt_tokens:
+            slot.queue(prompt_tokens)
+        return slot
+
+    def check_queued(self, tenant: str, prompt_tokens: int) -> None:
         if self.max_queued_tokens and self.queued[tenant] + prompt_tokens > self.max_queued_tokens and \
                 self.queued[tenant]:  # a lone prompt longer than the limit still runs when nothing else waits
             REFUSED.labels(tenant, "queued_tokens").inc()
             raise TenantLimitExceeded("queued_tokens", f"tenant {tenant!r} has {self.queued[tenant]} prompt tokens "
                                                        f"waiting for prefill; the limit is {self.max_queued_tokens} "
                                                        "(--tenant-max-queued-tokens)")
-        self.inflight[tenant] += 1
-        self.queued[tenant] += prompt_tokens
-        INFLIGHT.labels(tenant).inc()
-        QUEUED_TOKENS.labels(tenant).inc(prompt_tokens)
-        ADMITTED.labels(tenant).inc()
-        return TenantSlot(self, tenant, prompt_tokens)

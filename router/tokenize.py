@@ -7,15 +7,31 @@ tokenizes it, off the event loop as there.
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 from pdserve.common.status import abort_exhausted, abort_invalid
 from pdserve.engine.params import InvalidParameter, check_token_ids
+from pdserve.router.auth import current_tenant
 from pdserve.router.prompt import TokenizerBusy
+from pdserve.router.tenancy import TenantLimitExceeded
 from pdserve.v1 import router_pb2
 
 MAX_DETOKENIZE_IDS = 1_000_000
 
 
 class TokenizeRPCs:
+    @asynccontextmanager
+    async def _tenant_slot(self, context):
+        """One of the caller's tenant's in-flight slots for this call (RESOURCE_EXHAUSTED at its limit)."""
+        try:
+            slot = self.limits.admit(current_tenant.get())
+        except TenantLimitExceeded as exc:
+            await abort_exhausted(context, str(exc))
+        try:
+            yield
+        finally:
+            slot.close()
+
     def _check_model(self, model: str) -> None:
         if model and model != self.config.model_name:
             raise InvalidParameter("model", f"unknown model {model!r}; this router serves {self.config.model_name!r}")
@@ -35,6 +51,10 @@ class TokenizeRPCs:
         return self.validator.prompt_ids(as_generate)  # Generate's tokenization
 
     async def Tokenize(self, request, context):
+        async with self._tenant_slot(context):
+            return await self._tokenize_call(request, context)
+
+    async def _tokenize_call(self, request, context):
         try:
             self._check_model(request.model)
             self.validator.check_size(request)  # Generate's checks (sizes, roles), before any tokenizing
@@ -47,6 +67,10 @@ class TokenizeRPCs:
                                            tokens=[self.tokenizer.tokens[i] for i in ids])
 
     async def Detokenize(self, request, context):
+        async with self._tenant_slot(context):
+            return await self._detokenize_call(request, context)
+
+    async def _detokenize_call(self, request, context):
         try:
             self._check_model(request.model)
             if len(request.token_ids) > MAX_DETOKENIZE_IDS:

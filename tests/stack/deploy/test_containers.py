@@ -1,11 +1,14 @@
 """deploy/Dockerfile and deploy/docker-compose.yml, run for real with podman: build the image once, bring the stack
 up (its identities made by the one-shot service, the internal plane secured), send requests through the router's and
-the edge's published ports with the token, check that the router found both replicas of each worker, that
-Prometheus scrapes every target over HTTPS, and that nothing internal is published; then tear everything down."""
+the edge's published ports over TLS (verified with the stack's CA from the identities volume) with the token, check
+that the router found both replicas of each worker, that Prometheus scrapes every target over HTTPS, and that every
+published port is on loopback; then tear everything down."""
 
 from __future__ import annotations
 
 import os
+import ssl
+from pathlib import Path
 
 import grpc
 import httpx
@@ -33,9 +36,9 @@ def image_env(tmp_path_factory):
     run(["podman", "rmi", "-f", IMAGE], env, check=False)
 
 
-def router_ready(target: str) -> bool:
+def router_ready(target: str, creds: grpc.ChannelCredentials) -> bool:
     try:
-        with grpc.insecure_channel(target) as ch:
+        with grpc.secure_channel(target, creds) as ch:
             models = router_pb2_grpc.RouterStub(ch).ListModels(router_pb2.ListModelsRequest(), timeout=3,
                                                                metadata=(("authorization", f"Bearer {TOKEN}"),))
             return bool(models.models)
@@ -43,9 +46,9 @@ def router_ready(target: str) -> bool:
         return False
 
 
-def answers(router: str) -> bool:
+def answers(router: str, creds: grpc.ChannelCredentials) -> bool:
     try:
-        with PdserveClient(router, token=TOKEN) as client:
+        with PdserveClient(router, credentials=creds, token=TOKEN) as client:
             return bool(client.complete(messages=[{"role": "user", "content": "Hi"}], max_tokens=2).finish_reason)
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
@@ -74,25 +77,36 @@ def test_compose_stack_serves_and_is_scraped(image_env):
     prometheus = f"http://127.0.0.1:{env['PROMETHEUS_PORT']}"
     try:
         run(compose + ["up", "-d", "--no-build", *SERVICES], env, timeout=600)
-        wait_until(lambda: router_ready(router), 300, "the router answers on its published port")
-        wait_until(lambda: answers(router), 300, "a request through the router (workers loading the model)")
-        with PdserveClient(router) as client:  # no token: refused
+        volume = run(["podman", "volume", "inspect", f"{project}_identities", "--format", "{{.Mountpoint}}"],
+                     env).stdout.strip()
+        wait_until(lambda: (Path(volume) / "ca.crt").exists(), 300, "the stack's CA in the identities volume")
+        ca = (Path(volume) / "ca.crt").read_bytes()
+        creds = grpc.ssl_channel_credentials(ca)
+        with pytest.raises(grpc.RpcError):  # plaintext is refused: tokens never travel in clear
+            with grpc.insecure_channel(router) as ch:
+                router_pb2_grpc.RouterStub(ch).ListModels(router_pb2.ListModelsRequest(), timeout=10)
+        wait_until(lambda: router_ready(router, creds), 300, "the router answers on its published port")
+        wait_until(lambda: answers(router, creds), 300, "a request through the router (workers loading the model)")
+        with PdserveClient(router, credentials=creds) as client:  # no token: refused
             with pytest.raises(grpc.RpcError) as err:
                 client.list_models()
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        with PdserveClient(router, token=TOKEN) as client:
+        with PdserveClient(router, credentials=creds, token=TOKEN) as client:
             replies = [client.complete(messages=[{"role": "user", "content": f"Count to {n}"}], max_tokens=8,
                                        temperature=0) for n in range(2, 8)]
         assert all(r.usage.completion_tokens >= 1 and r.finish_reason for r in replies)
-        edge = f"http://127.0.0.1:{env['PDSERVE_HTTP_PORT']}"
-        wait_until(lambda: http_ok(f"{edge}/health"), 120, "the edge answers on its published port")
-        assert httpx.get(f"{edge}/v1/models", timeout=30).status_code == 401
-        assert httpx.get(f"{edge}/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30).json()["data"]
-        # only the router's and the edge's ports are published (Prometheus and Grafana on loopback)
+        edge = f"https://127.0.0.1:{env['PDSERVE_HTTP_PORT']}"
+        verify = ssl.create_default_context(cadata=ca.decode())
+        wait_until(lambda: http_ok(f"{edge}/health", 5.0, str(Path(volume) / "ca.crt")), 120,
+                   "the edge answers on its published port")
+        assert httpx.get(f"{edge}/v1/models", timeout=30, verify=verify).status_code == 401
+        assert httpx.get(f"{edge}/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30,
+                         verify=verify).json()["data"]
+        # every port is published on loopback only (PDSERVE_PUBLISH_HOST unset)
         published = run(["podman", "ps", "--filter", f"label=io.podman.compose.project={project}", "--format",
                          "{{.Names}} {{.Ports}}"], env).stdout
         exposed = {line.split()[0]: line for line in published.splitlines() if "->" in line}
-        assert all("_router_" in name or "_openai_" in name or "127.0.0.1:" in line for name, line in exposed.items())
+        assert exposed and all("127.0.0.1:" in line and "0.0.0.0:" not in line for line in exposed.values())
         # Prometheus found every replica by DNS and scrapes them all, over HTTPS as its own identity
         wait_until(lambda: len(query(prometheus, 'up{job=~"pdserve.*"} == 1')) == 7, 120,
                    "7 targets up (router, edge, kvstore, 2 prefill, 2 decode)")

@@ -135,3 +135,42 @@ def test_the_identities_command_makes_the_secrets_the_deployments_mount(tmp_path
     assert mounted <= set(secrets)
     assert set(secrets["pdserve-router-identity"]["data"]) == {"tls.crt", "tls.key", "ca.crt"}
     assert "kv-mac.key" in secrets["pdserve-kv-key"]["data"] and "tokens" in secrets["pdserve-tokens"]["data"]
+
+
+def test_pods_run_hardened_and_the_public_side_serves_tls():
+    """Pod Security "restricted" and more: seccomp, a read-only root with a writable /tmp, no service account token,
+    CPU and memory limits; the router serves TLS; metrics only from the monitoring namespace."""
+    docs = resources()
+    namespace = next(d for d in docs if d["kind"] == "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    for d in (d for d in docs if d["kind"] == "Deployment"):
+        pod = d["spec"]["template"]["spec"]
+        name = d["metadata"]["name"]
+        assert pod["automountServiceAccountToken"] is False, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        tmp = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+        for c in pod["containers"]:
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, name
+            assert {"cpu", "memory"} <= set(c["resources"]["limits"]), name
+            assert any(m["mountPath"] == "/tmp" and m["name"] in tmp for m in c["volumeMounts"]), name
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            if name == "router":
+                assert env["PDSERVE_TLS_CERT"] and env["PDSERVE_TLS_KEY"]
+    metrics = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "dns-and-metrics")
+    for rule in metrics["spec"]["ingress"]:
+        for peer in rule["from"]:
+            assert peer["namespaceSelector"].get("matchLabels"), "metrics open to every namespace"
+
+
+def test_compose_containers_are_hardened_and_publish_on_loopback():
+    compose = yaml.safe_load(COMPOSE.read_text())
+    anchor = compose["x-pdserve"]
+    assert anchor["read_only"] and anchor["cap_drop"] == ["ALL"] and anchor["mem_limit"]
+    assert "no-new-privileges:true" in anchor["security_opt"] and any(t.startswith("/tmp") for t in anchor["tmpfs"])
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            assert port.startswith(("127.0.0.1:", "${PDSERVE_PUBLISH_HOST:-127.0.0.1}:")), (name, port)
+    for name in ("router", "openai"):
+        env = compose["services"][name]["environment"]
+        assert env["PDSERVE_TLS_CERT"] and env["PDSERVE_TLS_KEY"], name
+    assert compose["services"]["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"

@@ -89,9 +89,9 @@ REGISTER = """
 import os, socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.settimeout(5)
-s.connect("\\0pdserve-kv-shm-{port}")
 fd = os.memfd_create("mine")
 try:
+    s.connect({path!r})  # the socket is in the kvstore user's 0700 directory: refused here now
     socket.send_fds(s, [b"R"], [fd])
     print(repr(s.recv(64)))
 except OSError as exc:
@@ -101,7 +101,7 @@ except OSError as exc:
 
 def test_the_kvstore_takes_files_only_from_its_own_user(stack):
     before = shm_files(stack)
-    other = as_other_user(REGISTER.format(port=stack.kvstores[0].port))
+    other = as_other_user(REGISTER.format(path=shm.socket_address(stack.kvstores[0].port)))
     out, err = other.communicate(timeout=30)
     assert out.strip() == "b''" or out.startswith("refused"), (out, err)  # the connection closed: no handle
     assert shm_files(stack) == before
@@ -123,13 +123,15 @@ except OSError:
 
 
 def test_a_client_gives_its_memory_only_to_a_kvstore_of_its_own_user():
+    """Another user listening on the name the socket once had (the abstract namespace) gets nothing: the socket now
+    lives in this user's private directory, and a client checks its peer's user anyway."""
     port = free_port()
     squatter = as_other_user(SQUAT.format(port=port))
     try:
         assert squatter.stdout.readline().strip() == "listening"
         registrar, file = shm.Registrar(port), shm.ShmFile()
         try:
-            with pytest.raises(shm.ShmUnavailable, match="another user"):
+            with pytest.raises(shm.ShmUnavailable):  # the squatted name is not where a client looks
                 file.handle(registrar)
         finally:
             file.close()

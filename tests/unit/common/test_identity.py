@@ -109,3 +109,14 @@ def test_rotation_trusts_both_cas_for_a_while_then_only_the_new_one(tmp_path):
     drop_trust(tmp_path / "new")  # 3. once every service runs the new set
     assert _health(load(new, "kvstore"), load(new, "prefill"))
     assert not _health(load(new, "kvstore"), load(old, "prefill"))
+
+
+def test_role_certificates_cannot_sign_certificates(tmp_path):
+    """CA:FALSE and a key usage of digital signature only: a stolen role key cannot mint a certificate that a
+    verifier would chain to the stack's CA."""
+    for d in make_identities(tmp_path, ["router", "kvstore"]).values():
+        cert = x509.load_pem_x509_certificate((d / "tls.crt").read_bytes())
+        basic = cert.extensions.get_extension_for_class(x509.BasicConstraints)
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage)
+        assert basic.critical and basic.value.ca is False
+        assert usage.critical and usage.value.digital_signature and not usage.value.key_cert_sign

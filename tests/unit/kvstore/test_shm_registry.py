@@ -20,9 +20,10 @@ def wait(condition, timeout_s: float = 5.0) -> None:
 
 
 def test_registered_memory_is_shared_and_forgotten_with_its_client(tmp_path):
-    registry = shm.ShmRegistry(free_port())
+    port = free_port()
+    registry = shm.ShmRegistry(port)
     try:
-        registrar, file = shm.Registrar(int(registry.sock.getsockname()[len("\0pdserve-kv-shm-"):])), shm.ShmFile()
+        registrar, file = shm.Registrar(port), shm.ShmFile()
         handle = file.handle(registrar)
         assert handle.startswith("pdserve-kv-") and file.handle(registrar) == handle  # registered once
         shm.write_block(file.fd, 0, [b"hello"])
