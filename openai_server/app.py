@@ -45,9 +45,11 @@ from pdserve.openai_server.responses import Shaper
 log = logging.getLogger("pdserve.openai")
 
 
-def renamer(chat: bool, max_tokens_field: str):
+def renamer(chat: bool, max_tokens_field: str, spec_names: dict[str, str] | None = None):
     """Router field names -> the request's (``prompt.chat.messages[0].role`` -> ``messages[0].role``)."""
     def rename(field: str) -> str:
+        if spec_names and field in spec_names:
+            return spec_names[field]
         if field == "max_tokens":
             return max_tokens_field
         if field.startswith("prompt.chat.messages"):
@@ -97,15 +99,37 @@ class Edge:
             raise ApiError.invalid("x-request-id", "must be ASCII")
         return given  # the router checks its length
 
+    async def prompt_ids(self, body: SamplingFields, prompt: dict[str, Any], token: str | None) -> dict[str, Any]:
+        """The prompt as the router takes it; as token ids when the request changes them (add_generation_prompt
+        false, truncate_prompt_tokens), tokenized by the router as Generate would."""
+        keep = body.truncate_prompt_tokens
+        no_generation_prompt = getattr(body, "add_generation_prompt", True) is False
+        if keep is None and not no_generation_prompt:
+            return prompt
+        ids = prompt.get("token_ids")
+        if ids is None:
+            try:
+                reply = await self.client.tokenize(model=body.model, timeout=self.timeout_s, token=token,
+                                                   add_generation_prompt=False if no_generation_prompt else None,
+                                                   **prompt)
+            except grpc.aio.AioRpcError as err:
+                raise from_grpc(err, renamer("messages" in prompt, "max_tokens")) from None
+            ids = list(reply.token_ids)
+        return {"token_ids": ids[-keep:] if keep else ids}
+
     async def generate(self, request: Request, body: SamplingFields, prompt: dict[str, Any], chat: bool) -> Response:
         body.check_supported()
         request_id = self.request_id(request)
         token = self.token(request)
         card = await self.card(token)
+        if body.model and body.model != card.id:  # OpenAI's and vLLM's answer: 404 model_not_found
+            raise ApiError(404, f"the model {body.model!r} does not exist; this server serves {card.id!r}", "model",
+                           "model_not_found")
+        prompt = await self.prompt_ids(body, prompt, token)
         kwargs = dict(prompt, model=body.model, request_id=request_id, **body.sampling())
         shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), kwargs.get("stop_token_ids", []),
                         card.fingerprint, logprobs=kwargs["logprobs"] is not None)
-        rename = renamer(chat, body.max_tokens_field())
+        rename = renamer(chat, body.max_tokens_field(), body.spec()[1])
         headers = {"x-request-id": request_id}
         if not body.stream:
             try:

@@ -111,7 +111,8 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": "hi"}], "logprobs": 1}, "logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools"),
-    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "structural_tag"}},
+     "response_format.type"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 1.5}, "max_completion_tokens"),
 ]
 
