@@ -227,7 +227,8 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
     async def models(request: Request) -> dict[str, Any]:
         card = await edge.card(edge.token(request), fresh=True)
         return {"object": "list", "data": [{"id": card.id, "object": "model", "created": 0, "owned_by": "pdserve",
-                                            "max_model_len": card.context_length}]}
+                                            "max_model_len": card.context_length,
+                                            "vocab_size": card.vocab_size}]}
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
