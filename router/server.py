@@ -121,10 +121,15 @@ def main(argv: list[str] | None = None) -> None:
         pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
         if args.discovery_interval_s > 0:
             pollers += [asyncio.create_task(p.discover_loop(args.discovery_interval_s)) for p in (prefill, decode)]
+
+        def ready() -> bool:  # health tells the truth: a request now would find a worker of each role it needs
+            return decode.serving() and (args.colocated or prefill.serving())
+
         try:
             await serve("router", args.port, register, args.metrics_port, args.host,
                         interceptors=[TenantAuthInterceptor(tenants)], public=True, metrics_host=args.metrics_host,
-                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)])
+                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)],
+                        ready=ready if period > 0 else None)
         finally:
             for p in pollers:
                 p.cancel()
