@@ -1,0 +1,91 @@
+"""Each vLLM field a newcomer sends, against the real edge in front of a stack (the tiny model): either it does what
+vLLM does, or the answer is a 400 naming it; never a 200 that silently ignored it."""
+
+import json
+import re
+
+import httpx
+import pytest
+
+CHAT = [{"role": "user", "content": "the end of the thing"}]
+
+
+@pytest.fixture(scope="module")
+def http(long_stack):
+    with httpx.Client(base_url=long_stack.http_url, timeout=120) as client:
+        yield client
+
+
+def chat(http, **fields):
+    return http.post("/v1/chat/completions", json=dict({"messages": CHAT, "max_tokens": 12, "temperature": 0}, **fields))
+
+
+def completion(http, **fields):
+    return http.post("/v1/completions", json=dict({"prompt": "the end of the", "max_tokens": 12, "temperature": 0},
+                                                  **fields))
+
+
+def content(r: httpx.Response) -> str:
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("fields,check", [
+    ({"guided_json": {"type": "boolean"}}, lambda t: isinstance(json.loads(t), bool)),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": {"type": "boolean"}}}},
+     lambda t: isinstance(json.loads(t), bool)),
+    ({"guided_choice": ["the end", "a thing"]}, lambda t: t in ("the end", "a thing")),
+    ({"guided_regex": "[a-z]{1,6}"}, lambda t: re.fullmatch("[a-z]{1,6}", t)),
+    ({"guided_grammar": 'root ::= "the" (" end")?'}, lambda t: t in ("the", "the end")),
+    ({"structured_outputs": {"choice": ["yes", "no"]}}, lambda t: t in ("yes", "no")),
+    ({"structured_outputs": {"regex": "(ab)+"}}, lambda t: re.fullmatch("(ab)+", t)),
+])
+def test_structured_output_fields_constrain_the_answer(http, fields, check):
+    def holds(text: str) -> bool:
+        try:
+            return bool(check(text))
+        except ValueError:
+            return False
+
+    text = content(chat(http, **fields))
+    assert holds(text), text
+    assert not holds(content(chat(http)))  # the model alone would not have answered so
+
+
+def test_token_masks(http):
+    free = completion(http).json()["choices"][0]["text"]
+    word = free.split()[0]
+    assert word not in completion(http, bad_words=[word]).json()["choices"][0]["text"].split()
+    ids = http.post("/tokenize", json={"prompt": " end"}).json()["tokens"]
+    r = completion(http, allowed_token_ids=ids, logprobs=0)
+    texts = {http.post("/detokenize", json={"tokens": [i]}).json()["prompt"] for i in ids}
+    assert r.status_code == 200 and set(r.json()["choices"][0]["logprobs"]["tokens"]) <= texts
+
+
+def test_prompt_fields(http):
+    with_prompt = chat(http).json()["usage"]["prompt_tokens"]
+    without = chat(http, add_generation_prompt=False).json()["usage"]["prompt_tokens"]
+    assert without < with_prompt
+    assert completion(http, truncate_prompt_tokens=2).json()["usage"]["prompt_tokens"] == 2
+
+
+@pytest.mark.parametrize("fields,param", [
+    ({"continue_final_message": True}, "continue_final_message"),
+    ({"chat_template": "{{ messages }}"}, "chat_template"),
+    ({"chat_template_kwargs": {"enable_thinking": False}}, "chat_template_kwargs"),
+    ({"prompt_logprobs": 1}, "prompt_logprobs"),
+    ({"echo": True}, "echo"),
+    ({"use_beam_search": True}, "use_beam_search"),
+    ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, "stream_options.continuous_usage_stats"),
+    ({"guided_regex": "(unclosed"}, "guided_regex"),  # the router compiles it: its field name comes back as sent
+    ({"structured_outputs": {"grammar": "root ::= ("}}, "structured_outputs.grammar"),
+])
+def test_unserved_fields_are_400_naming_them(http, fields, param):
+    r = chat(http, **fields)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_an_unknown_model_is_404(http):
+    r = chat(http, model="meta-llama/Llama-3-8B")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
