@@ -30,7 +30,7 @@ from pdserve.openai_server.http_io import (
     sse,
     unless_disconnected,
 )
-from pdserve.openai_server.metrics import DISCONNECTS
+from pdserve.openai_server.metrics import DISCONNECTS, observe_answer
 from pdserve.openai_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -137,6 +137,7 @@ class Edge:
                                                                                      **kwargs))
             except grpc.aio.AioRpcError as err:
                 raise from_grpc(err, rename) from None
+            observe_answer(reply.usage, reply.timings)
             return JSONResponse(shaper.whole(reply), headers=headers)
         call = self.client.generate(timeout=self.timeout_s, token=token, **kwargs)
         chunks = aiter(call)
@@ -159,6 +160,8 @@ class Edge:
                 yield sse(shaper.chunk(chunk, include_usage))
                 last = chunk
                 chunk = await anext(chunks, None)
+            if last is not None and last.HasField("usage"):
+                observe_answer(last.usage, last.timings)
             if include_usage and last is not None:
                 yield sse(shaper.usage_chunk(last))
         except grpc.aio.AioRpcError as err:  # after the headers: the error travels as an event

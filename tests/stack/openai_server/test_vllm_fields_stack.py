@@ -89,3 +89,19 @@ def test_unserved_fields_are_400_naming_them(http, fields, param):
 def test_an_unknown_model_is_404(http):
     r = chat(http, model="meta-llama/Llama-3-8B")
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def test_request_level_metrics_on_the_edges_own_metrics(http):
+    """vLLM's users read TTFT, TPOT and token counts from the server's /metrics: the edge's carries them."""
+    def count(text: str, name: str) -> float:
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+    before = http.get("/metrics").text
+    assert completion(http, max_tokens=5, ignore_eos=True).status_code == 200
+    assert chat(http, max_tokens=5, ignore_eos=True, stream=True).status_code == 200
+    after = http.get("/metrics").text
+    for name in ("pdserve_http_time_to_first_token_seconds_count", "pdserve_http_time_to_first_token_modeled_seconds_count",
+                 "pdserve_http_time_per_output_token_seconds_count", "pdserve_http_e2e_request_latency_seconds_count"):
+        assert count(after, name) - count(before, name) == 2, name
+    assert count(after, "pdserve_http_generation_tokens_total") - count(before, "pdserve_http_generation_tokens_total") \
+        == 10
