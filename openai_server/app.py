@@ -117,6 +117,16 @@ class Edge:
             ids = list(reply.token_ids)
         return {"token_ids": ids[-keep:] if keep else ids}
 
+    async def prompt_text(self, body: SamplingFields, prompt: dict[str, Any], token: str | None) -> str:
+        """The prompt as text (completions' echo): as sent, or its token ids detokenized by the router."""
+        if "prompt" in prompt:
+            return prompt["prompt"]
+        try:
+            return (await self.client.detokenize(prompt["token_ids"], model=body.model, timeout=self.timeout_s,
+                                                 token=token)).text
+        except grpc.aio.AioRpcError as err:
+            raise from_grpc(err, lambda f: "prompt") from None
+
     async def generate(self, request: Request, body: SamplingFields, prompt: dict[str, Any], chat: bool) -> Response:
         body.check_supported()
         request_id = self.request_id(request)
@@ -129,6 +139,8 @@ class Edge:
         kwargs = dict(prompt, model=body.model, request_id=request_id, **body.sampling())
         shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), kwargs.get("stop_token_ids", []),
                         card.fingerprint, logprobs=kwargs["logprobs"] is not None)
+        if not chat and body.echo:
+            shaper.echo = await self.prompt_text(body, prompt, token)
         rename = renamer(chat, body.max_tokens_field(), body.spec()[1])
         headers = {"x-request-id": request_id}
         if not body.stream:

@@ -136,8 +136,9 @@ class CompletionRequest(SamplingFields):
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.echo:
-            raise ApiError.invalid("echo", "is not supported")
+        if self.echo and self.logprobs is not None:
+            raise ApiError.invalid("echo", "with logprobs needs the prompt's log-probabilities, which pdserve does "
+                                           "not compute; leave one of them unset")
         if self.best_of not in (None, 1):
             raise ApiError.invalid("best_of", "only best_of = 1 is supported")
         if self.suffix:

@@ -105,3 +105,14 @@ def test_request_level_metrics_on_the_edges_own_metrics(http):
         assert count(after, name) - count(before, name) == 2, name
     assert count(after, "pdserve_http_generation_tokens_total") - count(before, "pdserve_http_generation_tokens_total") \
         == 10
+
+
+def test_completions_echo_puts_the_prompt_first(http):
+    plain = completion(http).json()["choices"][0]["text"]
+    assert completion(http, echo=True).json()["choices"][0]["text"] == "the end of the" + plain
+    ids = http.post("/tokenize", json={"prompt": "the end of the"}).json()["tokens"]
+    streamed = http.post("/v1/completions", json={"prompt": ids, "max_tokens": 12, "temperature": 0, "echo": True,
+                                                  "stream": True})
+    texts = [json.loads(line[6:])["choices"][0]["text"] for line in streamed.text.splitlines()
+             if line.startswith("data: {")]
+    assert "".join(texts) == "the end of the" + plain and texts[0].startswith("the end of the")

@@ -84,7 +84,7 @@ BAD_BODIES = [
     (b'{"prompt": ["a", "b"]}', "prompt"),
     (b'{"prompt": "hi", "n": -2}', "n"),
     (b'{"prompt": "hi", "logprobs": true}', "logprobs"),
-    (b'{"prompt": "hi", "echo": true}', "echo"),
+    (b'{"prompt": "hi", "echo": true, "logprobs": 1}', "echo"),
     (b'{"prompt": "hi", "best_of": 3}', "best_of"),
     (b'{"prompt": "hi", "logit_bias": {"5": 1.0}}', "logit_bias"),
     (b'{"prompt": "hi", "skip_special_tokens": false}', "skip_special_tokens"),
