@@ -101,21 +101,39 @@ class Edge:
 
     async def prompt_ids(self, body: SamplingFields, prompt: dict[str, Any], token: str | None) -> dict[str, Any]:
         """The prompt as the router takes it; as token ids when the request changes them (add_generation_prompt
-        false, truncate_prompt_tokens), tokenized by the router as Generate would."""
+        false, continue_final_message, truncate_prompt_tokens), tokenized by the router as Generate would."""
         keep = body.truncate_prompt_tokens
         no_generation_prompt = getattr(body, "add_generation_prompt", True) is False
         if keep is None and not no_generation_prompt:
             return prompt
         ids = prompt.get("token_ids")
+        if getattr(body, "continue_final_message", False):
+            prompt = {"prompt": await self.continued(body, prompt["messages"], token), "add_special_tokens": False}
         if ids is None:
             try:
-                reply = await self.client.tokenize(model=body.model, timeout=self.timeout_s, token=token,
-                                                   add_generation_prompt=False if no_generation_prompt else None,
-                                                   **prompt)
+                if "messages" in prompt and no_generation_prompt:
+                    prompt = dict(prompt, add_generation_prompt=False)
+                reply = await self.client.tokenize(model=body.model, timeout=self.timeout_s, token=token, **prompt)
             except grpc.aio.AioRpcError as err:
                 raise from_grpc(err, renamer("messages" in prompt, "max_tokens")) from None
             ids = list(reply.token_ids)
         return {"token_ids": ids[-keep:] if keep else ids}
+
+    async def continued(self, body: SamplingFields, messages: list[dict[str, str]], token: str | None) -> str:
+        """continue_final_message (vLLM's): the chat rendered without a generation prompt, cut right after the last
+        message's text, so the model continues that message instead of closing it."""
+        try:
+            ids = (await self.client.tokenize(messages=messages, add_generation_prompt=False, model=body.model,
+                                              timeout=self.timeout_s, token=token)).token_ids
+            text = (await self.client.detokenize(list(ids), model=body.model, skip_special_tokens=False,
+                                                 timeout=self.timeout_s, token=token)).text
+        except grpc.aio.AioRpcError as err:
+            raise from_grpc(err, renamer(True, "max_tokens")) from None
+        final = messages[-1]["content"]
+        end = text.rfind(final) if final else -1
+        if end < 0:
+            raise ApiError.invalid("continue_final_message", "the last message's text is not in the rendered chat")
+        return text[:end + len(final)]
 
     async def prompt_text(self, body: SamplingFields, prompt: dict[str, Any], token: str | None) -> str:
         """The prompt as text (completions' echo): as sent, or its token ids detokenized by the router."""

@@ -198,9 +198,14 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Any = None
     response_format: ResponseFormat | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False  # the prompt ends inside the last (assistant) message: the answer goes on
 
     def check_supported(self) -> None:
         super().check_supported()
+        if self.continue_final_message and self.add_generation_prompt:  # vLLM's rule: one or the other
+            raise ApiError.invalid("continue_final_message", "needs add_generation_prompt set to false")
+        if self.continue_final_message and self.messages[-1].role != "assistant":
+            raise ApiError.invalid("continue_final_message", "needs the last message to be the assistant's")
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError.invalid("top_logprobs", "needs logprobs set to true")
         if self.tools:

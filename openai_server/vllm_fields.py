@@ -43,7 +43,6 @@ REFUSED_BOTH: dict[str, tuple] = {
     "metadata": (None,),
 }
 REFUSED_CHAT: dict[str, tuple] = {
-    "continue_final_message": (None, False),
     "chat_template": (None,),
     "chat_template_kwargs": (None, {}),
     "documents": (None, []),

@@ -5,9 +5,11 @@ and matches its spec, whole and streamed."""
 import json
 import re
 
+import grpc
 import openai
 import pytest
 
+from pdserve.client.client import PdserveClient
 from tests.helpers import start_stack
 
 pytestmark = pytest.mark.real_model
@@ -18,13 +20,26 @@ ASK = [{"role": "user", "content": "Give a person as JSON with name and age."}]
 
 
 @pytest.fixture(scope="module", params=["colocated", "disaggregated"])
-def oai(request):
+def stack(request):
     stack = start_stack(colocated=request.param == "colocated", http_port=0)
-    try:
-        with openai.OpenAI(base_url=stack.http_url + "/v1", api_key="unused", max_retries=0) as client:
-            yield client
-    finally:
-        stack.stop()
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="module")
+def oai(stack):
+    with openai.OpenAI(base_url=stack.http_url + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
+
+
+def test_over_grpc_the_spec_travels_in_sampling_params(stack):
+    with PdserveClient(stack.router_target) as c:
+        reply = c.complete(messages=ASK, max_tokens=64, temperature=0.6, seed=9, guided_json=json.dumps(PERSON))
+        assert reply.finish_reason == "stop"
+        person(reply.text)
+        with pytest.raises(grpc.RpcError) as err:
+            c.complete(prompt="x", max_tokens=4, guided_regex="(ab")
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "guided_regex" in err.value.details()
 
 
 def person(text: str) -> dict:

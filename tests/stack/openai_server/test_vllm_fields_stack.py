@@ -70,7 +70,6 @@ def test_prompt_fields(http):
 
 
 @pytest.mark.parametrize("fields,param", [
-    ({"continue_final_message": True}, "continue_final_message"),
     ({"chat_template": "{{ messages }}"}, "chat_template"),
     ({"chat_template_kwargs": {"enable_thinking": False}}, "chat_template_kwargs"),
     ({"prompt_logprobs": 1}, "prompt_logprobs"),
@@ -116,3 +115,18 @@ def test_completions_echo_puts_the_prompt_first(http):
     texts = [json.loads(line[6:])["choices"][0]["text"] for line in streamed.text.splitlines()
              if line.startswith("data: {")]
     assert "".join(texts) == "the end of the" + plain and texts[0].startswith("the end of the")
+
+
+def test_continue_final_message_continues_the_assistants_text(http):
+    messages = CHAT + [{"role": "assistant", "content": "the end of"}]
+    closed = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": False}).json()["count"]
+    r = chat(http, messages=messages, continue_final_message=True, add_generation_prompt=False, max_tokens=6)
+    assert r.status_code == 200, r.text
+    rendered = http.post("/detokenize", json={"tokens": http.post("/tokenize", json={
+        "messages": messages, "add_generation_prompt": False}).json()["tokens"]}).json()["prompt"]
+    # the prompt stops right after "the end of": the end-of-turn the template writes after it is not sent
+    assert r.json()["usage"]["prompt_tokens"] < closed and not rendered.endswith("the end of")
+    for fields in ({"continue_final_message": True},  # add_generation_prompt left true: vLLM refuses both
+                   {"continue_final_message": True, "add_generation_prompt": False, "messages": CHAT}):  # last: user
+        r = chat(http, **fields)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "continue_final_message"

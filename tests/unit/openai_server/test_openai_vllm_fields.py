@@ -24,7 +24,6 @@ def chat(fields, route="/v1/chat/completions", base=CHAT):
 
 
 REFUSED_CHAT = [
-    ({"continue_final_message": True}, "continue_final_message"),
     ({"chat_template": "{{ messages }}"}, "chat_template"),
     ({"chat_template_kwargs": {"enable_thinking": False}}, "chat_template_kwargs"),
     ({"prompt_logprobs": 1}, "prompt_logprobs"),
