@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.register(sub, os.environ.get("PDSERVE_ROUTER", "127.0.0.1:50050"))  # generate, chat
     perf.register(sub)  # perf
     sim.register(sub)  # simulate, plan
-    bench_commands.register(sub)  # bench serve|engine|kv|pacing|sim|chaos
+    bench_commands.register(sub)  # bench and its subcommands (pdserve bench --help)
     for p in _every_parser(parser):
         p.formatter_class = DefaultsFormatter
         for action in p._actions:  # argparse prints no line at all for an option without help
