@@ -67,3 +67,17 @@ def test_a_bad_model_is_named_by_its_flag_before_start(nothing_starts, tmp_path,
     assert main(["up", "--port", "0", "--model", model.format(not_gguf=not_gguf)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pdserve: error: --model ") and says in err and "kv" not in err
+
+
+def test_up_passes_host_served_model_name_and_log_dir_to_the_stack(monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def record(stack, *args, **kwargs):
+        seen.update(spec=stack.spec, log_dir=stack.log_dir)
+        raise RuntimeError("recorded")
+    monkeypatch.setattr(Stack, "start", record)
+    logs = tmp_path / "logs"
+    assert main(["up", "--port", "0", "--host", "127.0.0.1", "--served-model-name", "smollm",
+                 "--log-dir", str(logs)]) == 2
+    assert seen["spec"].extra["router"] == ["--served-model-name", "smollm"] and seen["spec"].host == "127.0.0.1"
+    assert seen["log_dir"] == logs and logs.is_dir()
