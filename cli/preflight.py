@@ -11,6 +11,7 @@ from pdserve.engine.gguf_file import ModelLoadError, read_metadata
 from pdserve.engine.model.default_model import resolve_model_path
 from pdserve.engine.model.synthetic import SYNTHETIC_NAME
 from pdserve.launcher.stack import metrics_port_for
+from pdserve.perfmodel.deployment import parse_deployment
 
 
 def check_model(model: str | None) -> None:
@@ -27,6 +28,17 @@ def check_model(model: str | None) -> None:
         read_metadata(path)
     except ModelLoadError as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def check_deployment_flag(text: str) -> None:
+    """--deployment names a known model profile and GPU and a parallel layout that divides (the workers check the
+    rest as they start); the error lists the known names."""
+    try:
+        d = parse_deployment(text, field_name="--deployment")
+        d.profile(), d.gpu(), d.parallel()
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith("--deployment") else f"--deployment: {message}") from None
 
 
 def _taken(host: str, port: int) -> str | None:

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from pdserve.cli.generate import stream_from_router
-from pdserve.cli.preflight import check_model, check_ports
+from pdserve.cli.preflight import check_deployment_flag, check_model, check_ports
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
 from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
@@ -52,6 +52,7 @@ def cmd_up(a: argparse.Namespace) -> int:
     if a.served_model_name:
         spec.extra.setdefault("router", []).extend(["--served-model-name", a.served_model_name])
     check_model(a.model)  # before any process starts: the error names the flag, in a second rather than after loads
+    check_deployment_flag(a.deployment)
     check_ports(spec)
     if a.log_dir:
         Path(a.log_dir).mkdir(parents=True, exist_ok=True)
@@ -121,6 +122,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
     from pdserve.launcher.stack import Stack
 
     check_model(a.model)
+    check_deployment_flag(a.deployment)
     with Stack(stack_spec_from_args(a)) as stack:
         print("stack up:\n" + stack.describe(), flush=True)
         for prompt in DEMO_PROMPTS:

@@ -81,3 +81,10 @@ def test_up_passes_host_served_model_name_and_log_dir_to_the_stack(monkeypatch, 
                  "--log-dir", str(logs)]) == 2
     assert seen["spec"].extra["router"] == ["--served-model-name", "smollm"] and seen["spec"].host == "127.0.0.1"
     assert seen["log_dir"] == logs and logs.is_dir()
+
+
+@pytest.mark.parametrize("deployment,says", [("hardware=B200", "known: H20-96G"), ("model=llama-99b", "known: deepseek-r1")])
+def test_an_unknown_gpu_or_model_lists_the_known_ones_before_start(nothing_starts, capsys, deployment, says):
+    assert main(["up", "--port", "0", "--deployment", deployment]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pdserve: error: --deployment: ") and says in err
