@@ -10,6 +10,7 @@ import urllib.request
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pdserve.common import healthcheck
 from pdserve.launcher.stack import Stack, StackSpec
 from tests.helpers import wait_until
 
@@ -43,6 +44,8 @@ def test_health_waits_for_a_worker_of_each_role(tiny_model_path):
         wait_until(lambda: router_health(stack) is not None, 60, "the router answering")
         wait_until(lambda: edge_health(stack) is not None, 60, "the edge answering")
         assert router_health(stack) == "NOT_SERVING" and edge_health(stack) == 503
+        # the probes: not ready, but alive (a liveness probe must not restart a router that waits for its workers)
+        assert healthcheck.main([stack.router.target]) == 1 and healthcheck.main(["--live", stack.router.target]) == 0
         for p in stack.decodes:  # a decode worker alone cannot serve a disaggregated request
             stack.launch(p)
         stack.wait_ready(stack.decodes, time.monotonic() + 120)
