@@ -11,20 +11,7 @@ import grpc
 
 from pdserve.bench import cli as bench_commands
 from pdserve.cli import generate, identities, perf, sim, stack
-
-
-class DefaultsFormatter(argparse.HelpFormatter):
-    """Every option's help ends with its default (argparse's ArgumentDefaultsHelpFormatter skips options without a
-    help text and prints "default: None")."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if ("%(default)" in text or not action.option_strings or action.default is None or action.default is False
-                or action.default == argparse.SUPPRESS):
-            return text
-        if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
-            return text
-        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+from pdserve.common.config import DefaultsFormatter
 
 
 def _every_parser(parser: argparse.ArgumentParser):

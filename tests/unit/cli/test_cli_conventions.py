@@ -88,3 +88,10 @@ def test_an_unknown_gpu_or_model_lists_the_known_ones_before_start(nothing_start
     assert main(["up", "--port", "0", "--deployment", deployment]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pdserve: error: --deployment: ") and says in err
+
+
+def test_service_help_shows_defaults_and_the_module_to_run():
+    from pdserve.router.server import build_parser as router_parser
+
+    text = " ".join(router_parser().format_help().split())
+    assert text.startswith("usage: python -m pdserve.router") and "(default: 50050)" in text
