@@ -7,7 +7,7 @@ import logging
 
 from pdserve.common.config import FlagParser, add_model_flags, service_parser, split_targets
 from pdserve.common.metrics import set_process_info
-from pdserve.common.server import serve, setup_logging
+from pdserve.common.server import READINESS_PERIOD_S, serve, setup_logging
 from pdserve.common.tenants import TOKEN_ENV, Tenants
 from pdserve.common.tls import configure_from_args, identity
 from pdserve.engine.runtime import model_metadata
@@ -116,21 +116,20 @@ def main(argv: list[str] | None = None) -> None:
         def register(server):
             router_pb2_grpc.add_RouterServicer_to_server(service, server)
             return [router_pb2.DESCRIPTOR.services_by_name["Router"].full_name]
+        from pdserve.router.readiness import Readiness  # SERVING only while a worker of each needed role answers
+        readiness = Readiness([decode] if args.colocated else [prefill, decode])
+        readiness_task = asyncio.create_task(readiness.loop(READINESS_PERIOD_S))
 
         period = args.load_poll_interval_s
         pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
         if args.discovery_interval_s > 0:
             pollers += [asyncio.create_task(p.discover_loop(args.discovery_interval_s)) for p in (prefill, decode)]
-
-        def ready() -> bool:  # health tells the truth: a request now would find a worker of each role it needs
-            return decode.serving() and (args.colocated or prefill.serving())
-
         try:
-            await serve("router", args.port, register, args.metrics_port, args.host,
+            await serve("router", args.port, register, args.metrics_port, args.host, ready=readiness.ready,
                         interceptors=[TenantAuthInterceptor(tenants)], public=True, metrics_host=args.metrics_host,
-                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)],
-                        ready=ready if period > 0 else None)
+                        options=[("grpc.max_concurrent_streams", args.max_streams_per_connection)])
         finally:
+            readiness_task.cancel()
             for p in pollers:
                 p.cancel()
             await prefill.close()

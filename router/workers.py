@@ -39,7 +39,6 @@ class Worker:
     inflight_tokens: int = 0  # prompt tokens of those requests (prefill)
     down_until: float = 0.0
     draining: bool = False  # its health said NOT_SERVING at the last poll
-    answered: bool = False  # its last health poll answered (the router's own health needs one such per role)
     # approximate record of the block keys this worker computed or reused recently (cache_aware routing)
     recent_keys: OrderedDict = field(default_factory=OrderedDict)
 
@@ -149,10 +148,6 @@ class WorkerPool:
         live = [w for w in self.workers if w.target not in exclude and w.available]
         return live or [w for w in self.workers if w.target not in exclude]
 
-    def serving(self) -> bool:
-        """At least one worker answered its last health poll SERVING."""
-        return any(w.answered and not w.draining for w in self.workers)
-
     async def poll_loads(self, period_s: float = 0.25) -> None:
         while True:
             await asyncio.gather(*(self._poll(w) for w in self.workers))
@@ -166,10 +161,8 @@ class WorkerPool:
             worker.draining = health.status != health_pb2.HealthCheckResponse.SERVING
             worker.load = await worker.stub.GetLoad(common_pb2.LoadRequest(), timeout=1.0)
         except grpc.aio.AioRpcError:
-            worker.answered = False
             worker.mark_down()
             return
-        worker.answered = True
         if worker.down_until and not worker.draining:  # back (e.g. restarted by pdserve up): route to it again now
             log.info("worker %s is serving again", worker.target)
             worker.down_until = 0.0

@@ -14,7 +14,6 @@ from pdserve.common.metrics import set_process_info
 from pdserve.common.scheduling import ModeledScheduling, modeled_scheduling
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
-from pdserve.engine.gguf_file import ModelLoadError
 from pdserve.engine.model.synthetic import SYNTHETIC_NAME
 from pdserve.engine.runtime import Runtime, default_served_name
 from pdserve.engine.sched.flags import SchedulerOverrides, add_scheduler_args
@@ -87,8 +86,6 @@ def build_worker(args, role: Role, kv_blocks: int | None = None, slab_tokens: in
     extra = {"slab_seqs": min(seqs, MAX_SLAB_SEQS)} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
     try:
         runtime = Runtime.load(args.model, args.block_tokens, kv_dtype=args.kv_dtype, **extra)
-    except ModelLoadError as exc:  # not a GGUF file, or not one this runtime runs
-        raise SystemExit(f"--model: {exc}") from None
     except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
         raise SystemExit(f"--kv-dtype: {exc}") from None
     return Worker(runtime, scheduling.build(runtime.free), clock, args.max_queue, default_served_name(args.model),
