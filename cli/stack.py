@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from pdserve.cli.generate import stream_from_router
+from pdserve.cli.preflight import check_deployment_flag, check_model, check_ports
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
 from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
@@ -31,7 +32,7 @@ def stack_spec_from_args(a: argparse.Namespace):
                      metrics_base_port=getattr(a, "metrics_base_port", 0),
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
                      deployment=deployment_text(a), kv_dtype=a.kv_dtype, insecure_internal=a.insecure_internal,
-                     http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm)
+                     http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm, host=getattr(a, "host", "127.0.0.1"))
 
 
 def cmd_up(a: argparse.Namespace) -> int:
@@ -48,6 +49,13 @@ def cmd_up(a: argparse.Namespace) -> int:
         return 0
     spec = stack_spec_from_args(a)
     spec.tls = a.tls
+    if a.served_model_name:
+        spec.extra.setdefault("router", []).extend(["--served-model-name", a.served_model_name])
+    check_model(a.model)  # before any process starts: the error names the flag, in a second rather than after loads
+    check_deployment_flag(a.deployment)
+    check_ports(spec)
+    if a.log_dir:
+        Path(a.log_dir).mkdir(parents=True, exist_ok=True)
     if a.auth_token_file:
         from pdserve.common.tenants import Tenants
 
@@ -60,7 +68,8 @@ def cmd_up(a: argparse.Namespace) -> int:
 
         print(f"WARNING: {INSECURE_WARNING}", file=sys.stderr)
     policy = RestartPolicy(a.restart, max_restarts=a.max_restarts, window_s=a.restart_window_s)
-    stack = Stack(spec, inherit_output=a.verbose, tied=True)  # nothing outlives pdserve up, not even its kill -9
+    # nothing outlives pdserve up, not even its kill -9
+    stack = Stack(spec, log_dir=a.log_dir, inherit_output=a.verbose, tied=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -73,6 +82,8 @@ def cmd_up(a: argparse.Namespace) -> int:
         supervisor.write_state()
         print("pdserve stack is up (Ctrl-C stops it):")
         print(stack.describe())
+        print(f"service logs: {stack.log_dir}" + (" (kept after stop)" if a.log_dir else " (removed at stop; "
+                                                                                           "--log-dir keeps them)"))
         if a.prometheus_config:
             from pdserve.launcher.prometheus_config import write_scrape_config
 
@@ -91,6 +102,8 @@ def cmd_up(a: argparse.Namespace) -> int:
               f"status: pdserve up --status --port {stack.router.port}")
         if stack.edge is not None:
             print(f"OpenAI-compatible API: {stack.http_url}/v1 (e.g. curl {stack.http_url}/v1/models)")
+        else:
+            print(f"gRPC API on --port {stack.router.port}; no HTTP (OpenAI) API: --http-port PORT starts it")
         print(f"try: pdserve generate --target {stack.router_target} \"What is the capital of France?\"")
         sys.stdout.flush()
         serving = supervisor.run(stop)
@@ -108,6 +121,8 @@ def cmd_demo(a: argparse.Namespace) -> int:
     """Start the whole stack, ask the source article's two prompts, stop the stack."""
     from pdserve.launcher.stack import Stack
 
+    check_model(a.model)
+    check_deployment_flag(a.deployment)
     with Stack(stack_spec_from_args(a)) as stack:
         print("stack up:\n" + stack.describe(), flush=True)
         for prompt in DEMO_PROMPTS:
@@ -124,7 +139,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kvstore-shards", type=int, default=1)
     p.add_argument("--colocated", action="store_true", help="decode workers prefill locally (no kvstore)")
     p.add_argument("--policy", default="cache_aware", choices=PREFILL_POLICIES)
-    p.add_argument("--port", type=int, default=50050, help="router port (0: any free port)")
+    p.add_argument("--port", type=int, default=50050,
+                   help="the router's gRPC port (0: any free port); the HTTP API is --http-port")
     p.add_argument("--metrics", action="store_true", help="serve Prometheus /metrics on every service")
     p.add_argument("--kv-capacity-mb", type=float, default=DEFAULT_CAPACITY_MB, help="byte budget of each kvstore shard")
     p.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="decode KV budget in blocks")
@@ -144,6 +160,13 @@ def register(sub) -> None:
     p = sub.add_parser("up", help="start kvstore, prefill, decode and router as processes; Ctrl-C stops all")
     add_stack_args(p)
     p.add_argument("--verbose", action="store_true", help="show the services' logs")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address every service binds and is reached at (0.0.0.0: all interfaces; secure it first)")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model id /v1/models lists and requests name (default: the GGUF file name)")
+    p.add_argument("--log-dir", default=None,
+                   help="keep the services' logs (and the stack's identities) in this directory after stop "
+                        "(default: a temporary one, removed at stop)")
     p.add_argument("--http-port", type=int, default=None,
                    help="also start the OpenAI-compatible HTTP edge on this port (0: any free port)")
     p.add_argument("--metrics-base-port", type=int, default=DEFAULT_METRICS_BASE_PORT,

@@ -23,11 +23,30 @@ def env_name(flag: str) -> str:
     return "PDSERVE_" + flag.lstrip("-").replace("-", "_").upper()
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (argparse's ArgumentDefaultsHelpFormatter skips options without a
+    help text and prints "default: None")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("%(default)" in text or not action.option_strings or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS):
+            return text
+        if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 class FlagParser(argparse.ArgumentParser):
     """An ArgumentParser whose long options also read their PDSERVE_* environment variable.
 
-    ``add_argument(..., env=False)`` keeps an option off the environment (e.g. test-only switches).
+    ``add_argument(..., env=False)`` keeps an option off the environment (e.g. test-only switches). --help shows
+    each option's default.
     """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def add_argument(self, *names, env: bool = True, **kwargs):
         action = super().add_argument(*names, **kwargs)
@@ -66,7 +85,7 @@ class FlagParser(argparse.ArgumentParser):
 
 def service_parser(name: str, default_port: int, public: bool = False) -> FlagParser:
     """Flags every service has; ``public`` (the router, the HTTP edge) adds TLS for its public port."""
-    parser = FlagParser(prog=f"python -m {name}", description=f"pdserve {name}")
+    parser = FlagParser(prog=f"python -m pdserve.{name}", description=f"pdserve {name}")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")

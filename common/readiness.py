@@ -10,6 +10,7 @@ from __future__ import annotations
 import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 
@@ -37,23 +38,27 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 15.0, what: str
 
 
 def grpc_serving(target: str, credentials: grpc.ChannelCredentials | None = None,
-                 timeout_s: float = 1.0, server_name: str | None = None) -> bool:
-    """Whether the server at ``target`` answers grpc.health.v1 with SERVING (False for any error); over TLS the
-    server's certificate must be valid for ``server_name`` when given (else for the target's host)."""
+                 timeout_s: float = 1.0, server_name: str | None = None, any_status: bool = False) -> bool:
+    """Whether the server at ``target`` answers grpc.health.v1 with SERVING (``any_status``: answers at all; False
+    for any error); over TLS the server's certificate must be valid for ``server_name`` when given (else for the
+    target's host)."""
     options = [("grpc.ssl_target_name_override", server_name)] if credentials and server_name else None
     with grpc.secure_channel(target, credentials, options) if credentials else grpc.insecure_channel(target) as ch:
         try:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
         except grpc.RpcError:
             return False
-    return reply.status == health_pb2.HealthCheckResponse.SERVING
+    return any_status or reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def http_ok(url: str, timeout_s: float = 1.0, cafile: str | None = None) -> bool:
-    """Whether ``url`` answers 200 (an https URL verified with ``cafile`` when given)."""
+def http_ok(url: str, timeout_s: float = 1.0, cafile: str | None = None, any_status: bool = False) -> bool:
+    """Whether ``url`` answers 200 (``any_status``: answers at all; an https URL verified with ``cafile`` when
+    given)."""
     context = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
         with urllib.request.urlopen(url, timeout=timeout_s, context=context) as reply:
             return reply.status == 200
+    except urllib.error.HTTPError:
+        return any_status
     except OSError:
         return False

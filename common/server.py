@@ -90,6 +90,24 @@ def request_metadata(request_id: str) -> tuple[tuple[str, str], ...]:
     return (("x-request-id", request_id),)
 
 
+READINESS_PERIOD_S = 0.25
+
+
+async def _follow_readiness(health_servicer, services: list[str], ready: Callable[[], bool] | None) -> None:
+    """SERVING now (no ``ready``), or SERVING / NOT_SERVING as ``ready`` says, checked every READINESS_PERIOD_S."""
+    current = None
+    while True:
+        ok = True if ready is None else ready()
+        if ok != current:
+            status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+            for service in services:
+                await health_servicer.set(service, status)
+            current = ok
+        if ready is None:
+            return
+        await asyncio.sleep(READINESS_PERIOD_S)
+
+
 async def serve(
     name: str,
     port: int,
@@ -103,11 +121,13 @@ async def serve(
     public: bool = False,
     metrics_host: str = "127.0.0.1",
     maximum_concurrent_rpcs: int | None = None,
+    ready: Callable[[], bool] | None = None,
 ) -> None:
     """Start a service and run until SIGTERM/SIGINT.
 
     ``register`` adds the servicers to the server and returns their full service names (for health and reflection).
-    Health reports SERVING for each once the server has started, NOT_SERVING while it drains. An internal service
+    Health reports SERVING for each once the server has started (and, with ``ready``, only while it says the service
+    can serve: the router's workers answer), NOT_SERVING while it drains. An internal service
     (``public`` False) run with an identity serves mutual TLS and authorizes every RPC by the caller's role; a public
     one (the router) serves TLS when ``--tls-cert`` is set and leaves callers to its own interceptors (bearer
     tokens), which run after the metrics one. ``options`` replace the defaults of the same name;
@@ -138,8 +158,7 @@ async def serve(
     if metrics_port:
         start_metrics_server(metrics_port, metrics_host, identity)
     await server.start()
-    for service in service_names + [""]:
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    gate = asyncio.create_task(_follow_readiness(health_servicer, service_names + [""], ready))
     log.info("%s serving on %s:%d%s (metrics on %s)", name, host, bound, how,
              f"{metrics_host}:{metrics_port}" + (" over HTTPS" if identity else "") if metrics_port else "-")
 
@@ -149,6 +168,7 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("%s stopping (grace %.1fs)", name, grace_s)
+    gate.cancel()
     await health_servicer.enter_graceful_shutdown()
     if on_stop is not None:
         result = on_stop()

@@ -10,12 +10,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from pdserve.engine.text.structured import GrammarError, check_spec
+
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGPROBS = 20  # top alternatives per token, as vLLM's default max_logprobs
 MAX_SAMPLES = 16  # n: samples of one prompt
 MAX_CHECK_INTERVAL = 4096  # stop_when_complete_interval, in tokens
+MAX_SPEC_CHARS = 65536  # a structured output's schema, regex or grammar
+MAX_CHOICES = 256
+MAX_BAD_WORDS = 64
+MAX_ALLOWED_TOKEN_IDS = 65536
 
 
 class InvalidParameter(ValueError):
@@ -56,6 +62,16 @@ class SamplingParams:
     # None: no log-probabilities. k >= 0: each token's log-probability and the k most likely alternatives
     # (engine/text/logprobs.py says of which distribution).
     logprobs: int | None = None
+    # Structured outputs (engine/text/structured.py), at most one: a JSON schema (as JSON text), a regex, the
+    # choices, a grammar (Lark or GBNF), or any JSON object. Empty: free text.
+    guided_json: str = ""
+    guided_regex: str = ""
+    guided_choice: list[str] = field(default_factory=list)
+    guided_grammar: str = ""
+    guided_json_object: bool = False
+    # vLLM's token masks: sample only among these ids (empty: all); never finish one of these words.
+    allowed_token_ids: list[int] = field(default_factory=list)
+    bad_words: list[str] = field(default_factory=list)
 
     @property
     def greedy(self) -> bool:
@@ -106,7 +122,27 @@ class SamplingParams:
         check(isinstance(self.n, int) and 1 <= self.n <= MAX_SAMPLES, "n", f"must be in 1..{MAX_SAMPLES}, got {self.n}")
         check(self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS, "logprobs",
               f"must be in 0..{MAX_LOGPROBS}, got {self.logprobs}")
+        self._validate_masks(check, vocab_size)
         return self
+
+    def _validate_masks(self, check, vocab_size: int | None) -> None:
+        for name in ("guided_json", "guided_regex", "guided_grammar"):
+            check(len(getattr(self, name)) <= MAX_SPEC_CHARS, name, f"at most {MAX_SPEC_CHARS} characters")
+        check(len(self.guided_choice) <= MAX_CHOICES, "guided_choice", f"at most {MAX_CHOICES} choices")
+        check(all(0 < len(c) <= MAX_STOP_STRING_CHARS for c in self.guided_choice), "guided_choice",
+              f"each choice must have 1..{MAX_STOP_STRING_CHARS} characters")
+        check(len(self.bad_words) <= MAX_BAD_WORDS, "bad_words", f"at most {MAX_BAD_WORDS} words")
+        check(all(0 < len(w.strip()) <= MAX_STOP_STRING_CHARS for w in self.bad_words), "bad_words",
+              f"each word must have 1..{MAX_STOP_STRING_CHARS} characters")
+        check(len(self.allowed_token_ids) <= MAX_ALLOWED_TOKEN_IDS, "allowed_token_ids",
+              f"at most {MAX_ALLOWED_TOKEN_IDS} ids")
+        if vocab_size is not None:
+            bad = next((t for t in self.allowed_token_ids if not 0 <= t < vocab_size), None)
+            check(bad is None, "allowed_token_ids", f"id {bad} is outside 0..{vocab_size - 1}")
+        try:
+            check_spec(self)
+        except GrammarError as err:
+            raise InvalidParameter(err.field, str(err).removeprefix(err.field + ": ")) from None
 
 
 def sample_params(params: SamplingParams, index: int) -> SamplingParams:

@@ -27,6 +27,7 @@ from pdserve.engine.text.completion import CompletenessJudge, CompletionState
 from pdserve.engine.text.logprobs import token_logprobs
 from pdserve.engine.text.sampling import Sampler
 from pdserve.engine.text.stop import StepResult, StopChecker
+from pdserve.engine.text.structured import Grammars
 from pdserve.engine.text.tokenizer import GGUFTokenizer, IncrementalDetokenizer
 
 DEFAULT_SLAB_SEQS = 64
@@ -60,6 +61,7 @@ class Runtime:
         self.slab_tokens = min(slab_tokens, model.config.context_length)
         self._slab: KVSlab | None = None
         self._judge: CompletenessJudge | None = None
+        self.grammars = Grammars(tokenizer, model.config.vocab_size)
 
     @classmethod
     def load(cls, model: str | Path | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS,
@@ -125,7 +127,8 @@ class Runtime:
             prompt_ids=list(prompt_ids),
             params=params,
             kv=kv,
-            sampler=Sampler(params, self.config.vocab_size, prompt_ids, eos),
+            sampler=Sampler(params, self.config.vocab_size, prompt_ids, eos, grammar=self.grammars.constraint(params),
+                            bad_words=self.grammars.bad_words(params.bad_words)),
             stop=StopChecker(params, eos, len(prompt_ids), self.config.context_length),
             detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_ids),
             completion=CompletionState(params.stop_when_complete, params.stop_when_complete_interval,

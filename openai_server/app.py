@@ -30,7 +30,7 @@ from pdserve.openai_server.http_io import (
     sse,
     unless_disconnected,
 )
-from pdserve.openai_server.metrics import DISCONNECTS
+from pdserve.openai_server.metrics import DISCONNECTS, observe_answer
 from pdserve.openai_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -45,9 +45,11 @@ from pdserve.openai_server.responses import Shaper
 log = logging.getLogger("pdserve.openai")
 
 
-def renamer(chat: bool, max_tokens_field: str):
+def renamer(chat: bool, max_tokens_field: str, spec_names: dict[str, str] | None = None):
     """Router field names -> the request's (``prompt.chat.messages[0].role`` -> ``messages[0].role``)."""
     def rename(field: str) -> str:
+        if spec_names and field in spec_names:
+            return spec_names[field]
         if field == "max_tokens":
             return max_tokens_field
         if field.startswith("prompt.chat.messages"):
@@ -97,15 +99,67 @@ class Edge:
             raise ApiError.invalid("x-request-id", "must be ASCII")
         return given  # the router checks its length
 
+    async def prompt_ids(self, body: SamplingFields, prompt: dict[str, Any], token: str | None) -> dict[str, Any]:
+        """The prompt as the router takes it; as token ids when the request changes them (add_generation_prompt
+        false, continue_final_message, truncate_prompt_tokens), tokenized by the router as Generate would."""
+        keep = body.truncate_prompt_tokens
+        no_generation_prompt = getattr(body, "add_generation_prompt", True) is False
+        if keep is None and not no_generation_prompt:
+            return prompt
+        ids = prompt.get("token_ids")
+        if getattr(body, "continue_final_message", False):
+            prompt = {"prompt": await self.continued(body, prompt["messages"], token), "add_special_tokens": False}
+        if ids is None:
+            try:
+                if "messages" in prompt and no_generation_prompt:
+                    prompt = dict(prompt, add_generation_prompt=False)
+                reply = await self.client.tokenize(model=body.model, timeout=self.timeout_s, token=token, **prompt)
+            except grpc.aio.AioRpcError as err:
+                raise from_grpc(err, renamer("messages" in prompt, "max_tokens")) from None
+            ids = list(reply.token_ids)
+        return {"token_ids": ids[-keep:] if keep else ids}
+
+    async def continued(self, body: SamplingFields, messages: list[dict[str, str]], token: str | None) -> str:
+        """continue_final_message (vLLM's): the chat rendered without a generation prompt, cut right after the last
+        message's text, so the model continues that message instead of closing it."""
+        try:
+            ids = (await self.client.tokenize(messages=messages, add_generation_prompt=False, model=body.model,
+                                              timeout=self.timeout_s, token=token)).token_ids
+            text = (await self.client.detokenize(list(ids), model=body.model, skip_special_tokens=False,
+                                                 timeout=self.timeout_s, token=token)).text
+        except grpc.aio.AioRpcError as err:
+            raise from_grpc(err, renamer(True, "max_tokens")) from None
+        final = messages[-1]["content"]
+        end = text.rfind(final) if final else -1
+        if end < 0:
+            raise ApiError.invalid("continue_final_message", "the last message's text is not in the rendered chat")
+        return text[:end + len(final)]
+
+    async def prompt_text(self, body: SamplingFields, prompt: dict[str, Any], token: str | None) -> str:
+        """The prompt as text (completions' echo): as sent, or its token ids detokenized by the router."""
+        if "prompt" in prompt:
+            return prompt["prompt"]
+        try:
+            return (await self.client.detokenize(prompt["token_ids"], model=body.model, timeout=self.timeout_s,
+                                                 token=token)).text
+        except grpc.aio.AioRpcError as err:
+            raise from_grpc(err, lambda f: "prompt") from None
+
     async def generate(self, request: Request, body: SamplingFields, prompt: dict[str, Any], chat: bool) -> Response:
         body.check_supported()
         request_id = self.request_id(request)
         token = self.token(request)
         card = await self.card(token)
+        if body.model and body.model != card.id:  # OpenAI's and vLLM's answer: 404 model_not_found
+            raise ApiError(404, f"the model {body.model!r} does not exist; this server serves {card.id!r}", "model",
+                           "model_not_found")
+        prompt = await self.prompt_ids(body, prompt, token)
         kwargs = dict(prompt, model=body.model, request_id=request_id, **body.sampling())
         shaper = Shaper(chat, request_id, card.id, kwargs.get("stop", []), kwargs.get("stop_token_ids", []),
                         card.fingerprint, logprobs=kwargs["logprobs"] is not None)
-        rename = renamer(chat, body.max_tokens_field())
+        if not chat and body.echo:
+            shaper.echo = await self.prompt_text(body, prompt, token)
+        rename = renamer(chat, body.max_tokens_field(), body.spec()[1])
         headers = {"x-request-id": request_id}
         if not body.stream:
             try:
@@ -113,6 +167,7 @@ class Edge:
                                                                                      **kwargs))
             except grpc.aio.AioRpcError as err:
                 raise from_grpc(err, rename) from None
+            observe_answer(reply.usage, reply.timings)
             return JSONResponse(shaper.whole(reply), headers=headers)
         call = self.client.generate(timeout=self.timeout_s, token=token, **kwargs)
         chunks = aiter(call)
@@ -135,6 +190,8 @@ class Edge:
                 yield sse(shaper.chunk(chunk, include_usage))
                 last = chunk
                 chunk = await anext(chunks, None)
+            if last is not None and last.HasField("usage"):
+                observe_answer(last.usage, last.timings)
             if include_usage and last is not None:
                 yield sse(shaper.usage_chunk(last))
         except grpc.aio.AioRpcError as err:  # after the headers: the error travels as an event
@@ -203,7 +260,8 @@ def create_app(router: str = "127.0.0.1:50050", *, client: AsyncPdserveClient | 
     async def models(request: Request) -> dict[str, Any]:
         card = await edge.card(edge.token(request), fresh=True)
         return {"object": "list", "data": [{"id": card.id, "object": "model", "created": 0, "owned_by": "pdserve",
-                                            "max_model_len": card.context_length}]}
+                                            "max_model_len": card.context_length,
+                                            "vocab_size": card.vocab_size}]}
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:

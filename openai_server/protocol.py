@@ -1,17 +1,19 @@
 """Request bodies as OpenAI (and vLLM's extras) name them, parsed strictly: a wrong type is a 400 naming the field.
 
 Fields pdserve cannot serve yet are accepted only at their neutral value (e.g. ``best_of`` = 1); anything else is a
-400 that names the field, so a client never silently gets less than it asked for. Unknown fields are ignored, as OpenAI
-and vLLM do.
+400 that names the field, so a client never silently gets less than it asked for (openai_server/vllm_fields.py lists
+them). Unknown fields are ignored, as OpenAI and vLLM do, and logged once per name.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pdserve.openai_server.errors import ApiError
+from pdserve.openai_server.structured import ResponseFormat, StructuredOutputs, spec_fields
+from pdserve.openai_server.vllm_fields import check_extras
 
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
@@ -25,10 +27,14 @@ class Body(BaseModel):
 
 class StreamOptions(Body):
     include_usage: bool = False
+    continuous_usage_stats: bool = False
 
 
 class SamplingFields(Body):
     """What completions and chat share: OpenAI's sampling fields plus vLLM's extras."""
+
+    model_config = ConfigDict(extra="allow", strict=True)  # the extras are checked (check_supported), not dropped
+    CHAT: ClassVar[bool] = False
 
     model: str = ""
     max_tokens: UInt32 | None = None
@@ -53,6 +59,15 @@ class SamplingFields(Body):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     cache_salt: str | None = None  # prefix caching only among requests of the caller's tenant with the same salt
+    allowed_token_ids: list[UInt32] | None = None
+    bad_words: list[str] | None = None
+    truncate_prompt_tokens: Annotated[int, Field(ge=1)] | None = None  # keep the prompt's last k tokens
+    # structured outputs: vLLM's older spellings and its structured_outputs object (OpenAI's response_format: chat)
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: StructuredOutputs | None = None
     # pdserve's own: finish with reason "repetition" when the output loops (0 = off); finish with reason "complete"
     # when the model's own check at a sentence boundary gives P(yes) >= stop_when_complete (0 = off)
     repetition_max_repeats: UInt32 = 0
@@ -67,7 +82,15 @@ class SamplingFields(Body):
             raise ApiError.invalid("skip_special_tokens", "only true is supported")
         if self.stream_options is not None and not self.stream:
             raise ApiError.invalid("stream_options", "is only allowed when stream is true")
+        if self.stream_options is not None and self.stream_options.continuous_usage_stats:
+            raise ApiError.invalid("stream_options.continuous_usage_stats", "is not supported by pdserve")
+        check_extras(self.model_extra, self.CHAT)
+        self.spec()  # a second structured output, or one malformed, is refused here
 
+    def spec(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The structured output asked for: SamplingParams fields, and each one's name in this request."""
+        return spec_fields(self.guided_json, self.guided_regex, self.guided_choice, self.guided_grammar,
+                           self.structured_outputs, getattr(self, "response_format", None))
     def max_tokens_field(self) -> str:
         return "max_tokens"
 
@@ -83,6 +106,11 @@ class SamplingFields(Body):
             out["stop"] = [self.stop] if isinstance(self.stop, str) else self.stop
         if self.cache_salt is not None:
             out["cache_salt"] = self.cache_salt
+        if self.allowed_token_ids:
+            out["allowed_token_ids"] = self.allowed_token_ids
+        if self.bad_words:
+            out["bad_words"] = self.bad_words
+        out.update(self.spec()[0])
         out.update(min_tokens=self.min_tokens, ignore_eos=self.ignore_eos,
                    include_stop_str_in_output=self.include_stop_str_in_output,
                    repetition_max_repeats=self.repetition_max_repeats, stop_when_complete=self.stop_when_complete)
@@ -108,8 +136,9 @@ class CompletionRequest(SamplingFields):
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.echo:
-            raise ApiError.invalid("echo", "is not supported")
+        if self.echo and self.logprobs is not None:
+            raise ApiError.invalid("echo", "with logprobs needs the prompt's log-probabilities, which pdserve does "
+                                           "not compute; leave one of them unset")
         if self.best_of not in (None, 1):
             raise ApiError.invalid("best_of", "only best_of = 1 is supported")
         if self.suffix:
@@ -158,11 +187,9 @@ def chat_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
             for i, m in enumerate(messages)]
 
 
-class ResponseFormat(Body):
-    type: str
-
-
 class ChatCompletionRequest(SamplingFields):
+    CHAT: ClassVar[bool] = True
+
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: UInt32 | None = None
     logprobs: bool = False
@@ -170,17 +197,21 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Any] | None = None
     tool_choice: Any = None
     response_format: ResponseFormat | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False  # the prompt ends inside the last (assistant) message: the answer goes on
 
     def check_supported(self) -> None:
         super().check_supported()
+        if self.continue_final_message and self.add_generation_prompt:  # vLLM's rule: one or the other
+            raise ApiError.invalid("continue_final_message", "needs add_generation_prompt set to false")
+        if self.continue_final_message and self.messages[-1].role != "assistant":
+            raise ApiError.invalid("continue_final_message", "needs the last message to be the assistant's")
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError.invalid("top_logprobs", "needs logprobs set to true")
         if self.tools:
             raise ApiError.invalid("tools", "tool calling is not supported")
         if self.tool_choice not in (None, "none"):
             raise ApiError.invalid("tool_choice", "tool calling is not supported")
-        if self.response_format is not None and self.response_format.type != "text":
-            raise ApiError.invalid("response_format", "only type 'text' is supported")
 
     def max_tokens_field(self) -> str:
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"

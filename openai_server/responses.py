@@ -79,6 +79,7 @@ class Shaper:
         self.created = int(time.time())
         self._started: set[int] = set()  # samples whose first chunk went out (chat: it carries the role)
         self._bytes: dict[int, bytes] = {}  # completions: each sample's token bytes so far (for text_offset)
+        self.echo = ""  # completions' echo: the prompt, put before each sample's first text
 
     def _envelope(self, obj: str, choices: list[dict]) -> dict[str, Any]:
         out = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
@@ -114,6 +115,9 @@ class Shaper:
                 content["content"] = text
             choice = {"index": c.index, ("delta" if delta else "message"): content, "logprobs": logprobs}
         else:
+            if self.echo and c.index not in self._started:
+                text = self.echo + text
+            self._started.add(c.index)
             choice = {"index": c.index, "text": text, "logprobs": logprobs}
         choice["finish_reason"] = finish_reason(reason)
         if reason:

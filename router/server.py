@@ -7,7 +7,7 @@ import logging
 
 from pdserve.common.config import FlagParser, add_model_flags, service_parser
 from pdserve.common.metrics import set_process_info
-from pdserve.common.server import serve, setup_logging
+from pdserve.common.server import READINESS_PERIOD_S, serve, setup_logging
 from pdserve.common.tenants import TOKEN_ENV, Tenants
 from pdserve.common.tls import configure_from_args, identity, warn_if_tokens_in_clear
 from pdserve.engine.runtime import model_metadata
@@ -120,16 +120,20 @@ def main(argv: list[str] | None = None) -> None:
         def register(server):
             router_pb2_grpc.add_RouterServicer_to_server(service, server)
             return [router_pb2.DESCRIPTOR.services_by_name["Router"].full_name]
+        from pdserve.router.readiness import Readiness  # SERVING only while a worker of each needed role answers
+        readiness = Readiness([decode] if args.colocated else [prefill, decode])
+        readiness_task = asyncio.create_task(readiness.loop(READINESS_PERIOD_S))
 
         period = config.load_poll_interval_s
         pollers = [asyncio.create_task(p.poll_loads(period)) for p in (prefill, decode) if period > 0]
         if config.discovery_interval_s > 0:
             pollers += [asyncio.create_task(p.discover_loop(config.discovery_interval_s)) for p in (prefill, decode)]
         try:
-            await serve("router", args.port, register, args.metrics_port, args.host,
+            await serve("router", args.port, register, args.metrics_port, args.host, ready=readiness.ready,
                         interceptors=[TenantAuthInterceptor(tenants)], public=True, metrics_host=args.metrics_host,
                         options=port_limits.options(), maximum_concurrent_rpcs=args.max_concurrent_rpcs)
         finally:
+            readiness_task.cancel()
             for p in pollers:
                 p.cancel()
             await prefill.close()

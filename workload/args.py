@@ -15,8 +15,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dataset-path", default=None, help="file for jsonl, sharegpt and trace")
     g.add_argument("--num-prompts", type=int, default=None,
                    help="requests to send (default: 100 for random, the whole file otherwise)")
-    g.add_argument("--input-len", default="256", help="random prompt tokens: N or MIN:MAX")
-    g.add_argument("--output-len", default=None,
+    g.add_argument("--input-len", "--random-input-len", dest="input_len", default="256",
+                   help="random prompt tokens: N or MIN:MAX")
+    g.add_argument("--output-len", "--random-output-len", dest="output_len", default=None,
                    help="max tokens per request: N or MIN:MAX (default 128; sharegpt and trace use their own lengths "
                         "unless given)")
     g.add_argument("--random-prefix-fraction", type=float, default=0.0,

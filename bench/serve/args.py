@@ -13,7 +13,10 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("target (one of)")
     g.add_argument("--target", default=None,
                    help="pdserve router HOST:PORT over gRPC [env PDSERVE_ROUTER, default 127.0.0.1:50050]")
-    g.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--base-url", default=None,
+                   help="an OpenAI-compatible server, with or without /v1, e.g. http://127.0.0.1:8000")
+    g.add_argument("--endpoint", default=None, choices=("/v1/completions", "/v1/chat/completions"),
+                   help="the route for --base-url (default: chat for chat datasets, completions otherwise)")
     g.add_argument("--served-model-name", default=None, help="model name for --base-url (default: the first listed)")
     g.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token for --base-url")
     g.add_argument("--request-timeout", type=float, default=None, help="seconds per request (default: none)")

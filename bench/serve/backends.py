@@ -78,16 +78,24 @@ class GrpcBackend:
         await self.client.close()
 
 
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+
+
 class OpenAIBackend:
     name = "openai"
 
     def __init__(self, base_url: str, model: str | None = None, timeout_s: float | None = None,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, endpoint: str | None = None) -> None:
         import httpx
 
-        self.base_url = base_url.rstrip("/")
+        # with or without /v1, as vLLM's bench serve takes it; the routes are under /v1
+        self.root = base_url.rstrip("/").removesuffix("/v1")
+        self.base_url = self.root + "/v1"
         if not self.base_url.startswith(("http://", "https://")):
             raise BenchError(f"--base-url must start with http:// or https://, got {base_url!r}")
+        if endpoint is not None and endpoint not in ENDPOINTS:
+            raise BenchError(f"--endpoint {endpoint!r}: use one of {', '.join(ENDPOINTS)}")
+        self.endpoint = endpoint
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers,
@@ -110,7 +118,9 @@ class OpenAIBackend:
             if not models:
                 raise BenchError(f"--base-url {self.base_url}: no model listed; pass --served-model-name")
             self.model = models[0]
-        return ServedModel(self.model)
+        card = next((m for m in reply.json()["data"] if m.get("id") == self.model), {})
+        # pdserve's edge (and vLLM's max_model_len) say what random prompts need; other servers leave them 0
+        return ServedModel(self.model, int(card.get("vocab_size") or 0), int(card.get("max_model_len") or 0))
 
     def _body(self, request: BenchRequest, sampling: Sampling) -> tuple[str, dict]:
         body = {"model": self.model, "max_tokens": request.output_len, "temperature": sampling.temperature,
@@ -118,9 +128,16 @@ class OpenAIBackend:
         if sampling.ignore_eos:
             body["ignore_eos"] = True  # vLLM's extension, also accepted by pdserve's edge
         if request.messages is not None:
-            return "/chat/completions", dict(body, messages=request.messages)
-        return "/completions", dict(body, prompt=request.token_ids if request.token_ids is not None
-                                    else request.prompt)
+            if self.endpoint == "/v1/completions":
+                raise BenchError("--endpoint /v1/completions: this dataset sends chat messages; use "
+                                 "/v1/chat/completions")
+            return "/v1/chat/completions", dict(body, messages=request.messages)
+        if self.endpoint == "/v1/chat/completions":
+            if request.prompt is None:
+                raise BenchError("--endpoint /v1/chat/completions: this dataset sends token ids; use /v1/completions")
+            return "/v1/chat/completions", dict(body, messages=[{"role": "user", "content": request.prompt}])
+        return "/v1/completions", dict(body, prompt=request.token_ids if request.token_ids is not None
+                                       else request.prompt)
 
     async def send(self, request: BenchRequest, record: RequestRecord, sampling: Sampling) -> None:
         import httpx
@@ -129,7 +146,7 @@ class OpenAIBackend:
         watch = Stopwatch(record, time.perf_counter())
         usage = None
         try:
-            async with self.http.stream("POST", self.base_url + path, json=body) as reply:
+            async with self.http.stream("POST", self.root + path, json=body) as reply:
                 if reply.status_code != 200:
                     text = (await reply.aread()).decode(errors="replace")
                     record.error_code, record.error = f"HTTP {reply.status_code}", _error_message(text)
@@ -151,9 +168,9 @@ class OpenAIBackend:
                         if choice.get("finish_reason"):
                             record.finish_reason = choice["finish_reason"]
                     usage = chunk.get("usage") or usage
-                    if isinstance(chunk.get("timings"), dict):
-                        record.server = {k: float(v) for k, v in chunk["timings"].items()
-                                         if isinstance(v, (int, float))}
+                    server = server_timings(chunk)
+                    if server:
+                        record.server = server
                 else:
                     now = time.perf_counter()  # a server that ends the stream without [DONE]
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
@@ -167,6 +184,20 @@ class OpenAIBackend:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def server_timings(chunk: dict) -> dict[str, float]:
+    """The server's own timings from a chunk: pdserve's edge sends ``pdserve.timings`` as ``{"wall": {"ttft_s":
+    ..}, "modeled": {..}}``, which become the Timings message's names (``ttft_modeled_s``), as the gRPC backend
+    reports them; a flat ``timings`` object of numbers (another server's) is taken as it is."""
+    nested = (chunk.get("pdserve") or {}).get("timings") if isinstance(chunk.get("pdserve"), dict) else None
+    if isinstance(nested, dict):
+        return {f"{key.removesuffix('_s')}_{clock}_s": float(v) for clock, values in nested.items()
+                if isinstance(values, dict) for key, v in values.items() if isinstance(v, (int, float))}
+    flat = chunk.get("timings")
+    if isinstance(flat, dict):
+        return {k: float(v) for k, v in flat.items() if isinstance(v, (int, float))}
+    return {}
 
 
 def _deliver(batch: list[tuple[asyncio.Queue, tuple]]) -> None:

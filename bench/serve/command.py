@@ -30,7 +30,7 @@ def make_backend(a: argparse.Namespace):
     if a.target and a.base_url:
         raise ValueError("give --target (the router, gRPC) or --base-url (OpenAI HTTP), not both")
     if a.base_url:
-        return OpenAIBackend(a.base_url, a.served_model_name, a.request_timeout, a.api_key)
+        return OpenAIBackend(a.base_url, a.served_model_name, a.request_timeout, a.api_key, a.endpoint)
     target = a.target or os.environ.get("PDSERVE_ROUTER", "127.0.0.1:50050")
     if ":" not in target:
         raise ValueError(f"--target must be HOST:PORT, got {target!r}")

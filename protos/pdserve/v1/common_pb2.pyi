@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SamplingParams(_message.Message):
-    __slots__ = ("max_tokens", "min_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "repetition_max_repeats", "repetition_max_period", "n", "logprobs", "stop_when_complete", "stop_when_complete_interval")
+    __slots__ = ("max_tokens", "min_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "repetition_max_repeats", "repetition_max_period", "n", "logprobs", "stop_when_complete", "stop_when_complete_interval", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_json_object", "allowed_token_ids", "bad_words")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,13 @@ class SamplingParams(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     STOP_WHEN_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     STOP_WHEN_COMPLETE_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    GUIDED_JSON_FIELD_NUMBER: _ClassVar[int]
+    GUIDED_REGEX_FIELD_NUMBER: _ClassVar[int]
+    GUIDED_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    GUIDED_GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    GUIDED_JSON_OBJECT_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    BAD_WORDS_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     min_tokens: int
     temperature: float
@@ -48,7 +55,14 @@ class SamplingParams(_message.Message):
     logprobs: int
     stop_when_complete: float
     stop_when_complete_interval: int
-    def __init__(self, max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., seed: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., include_stop_str_in_output: _Optional[bool] = ..., repetition_max_repeats: _Optional[int] = ..., repetition_max_period: _Optional[int] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ..., stop_when_complete: _Optional[float] = ..., stop_when_complete_interval: _Optional[int] = ...) -> None: ...
+    guided_json: str
+    guided_regex: str
+    guided_choice: _containers.RepeatedScalarFieldContainer[str]
+    guided_grammar: str
+    guided_json_object: bool
+    allowed_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    bad_words: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., seed: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., include_stop_str_in_output: _Optional[bool] = ..., repetition_max_repeats: _Optional[int] = ..., repetition_max_period: _Optional[int] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ..., stop_when_complete: _Optional[float] = ..., stop_when_complete_interval: _Optional[int] = ..., guided_json: _Optional[str] = ..., guided_regex: _Optional[str] = ..., guided_choice: _Optional[_Iterable[str]] = ..., guided_grammar: _Optional[str] = ..., guided_json_object: _Optional[bool] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., bad_words: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class KVHandle(_message.Message):
     __slots__ = ("block_keys", "token_count", "block_tokens", "lease_id", "lease_ttl_s", "model_fingerprint", "wait_s", "kv_dtype")

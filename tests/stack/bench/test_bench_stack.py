@@ -106,3 +106,18 @@ def test_bad_dataset_or_flag_is_a_clear_error(stack, tmp_path, args, message):
     out = pdserve("bench", "serve", "--target", stack.router_target, "--num-prompts", "2", "--disable-tqdm", *args)
     assert out.returncode == 2, out.stdout
     assert "Traceback" not in out.stderr and message in out.stderr
+
+
+def test_base_url_through_the_edge_keeps_the_modeled_column(long_stack, tmp_path, capsys):
+    """vLLM's spellings against pdserve's own HTTP edge: --base-url without /v1, --endpoint, --random-input-len /
+    --random-output-len, no --vocab-size (the edge lists it); pdserve's timings come through the edge's chunks."""
+    out = tmp_path / "edge.json"
+    rc = pdserve_main(["bench", "serve", "--base-url", long_stack.http_url, "--endpoint", "/v1/completions",
+                       "--num-prompts", "4", "--random-input-len", "16", "--random-output-len", "5", "--disable-tqdm",
+                       "--save-result", str(out)])
+    assert rc == 0, capsys.readouterr()
+    assert "modeled" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["completed"] == 4 and data["failed"] == 0 and data["total_output_tokens"] == 4 * 5
+    assert data["modeled_mean_ttft_ms"] > 0 and data["modeled_mean_tpot_ms"] > 0
+    assert all(r["server"]["e2e_modeled_s"] > 0 and r["server"]["ttft_wall_s"] > 0 for r in data["requests"])

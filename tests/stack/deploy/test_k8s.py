@@ -68,7 +68,8 @@ def test_deployments_name_images_modules_flags_ports_and_probes_that_exist():
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["grpc"] == int(env["PDSERVE_PORT"]) and ports["metrics"] == int(env["PDSERVE_METRICS_PORT"])
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # the health check as the pod's identity
-            assert container[probe]["exec"]["command"] == ["python", "-m", "pdserve.common.healthcheck"], probe
+            live = ["--live"] if probe == "livenessProbe" and dep["metadata"]["name"] == "router" else []  # NOT_SERVING: alive
+            assert container[probe]["exec"]["command"] == ["python", "-m", "pdserve.common.healthcheck", *live], probe
         # its own identity (and the KV key), mounted where PDSERVE_IDENTITY points
         name = dep["metadata"]["name"]
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}

@@ -54,6 +54,16 @@ class ScriptedRouter:
         self.calls.append(kwargs)
         return ScriptedCall(self.chunks, self.error)
 
+    async def tokenize(self, prompt=None, **kwargs):
+        """Ids 100, 101, ...: one per character of a prompt; one per message, plus one for the generation
+        prompt unless add_generation_prompt is false."""
+        self.calls.append(dict(kwargs, tokenize=True, prompt=prompt))
+        if "messages" in kwargs:
+            n = len(kwargs["messages"]) + (0 if kwargs.get("add_generation_prompt") is False else 1)
+        else:
+            n = len(prompt)
+        return router_pb2.TokenizeResponse(token_ids=list(range(100, 100 + n)), count=n)
+
 
 def post(router: ScriptedRouter, path: str, body, **kwargs) -> httpx.Response:
     async def go():

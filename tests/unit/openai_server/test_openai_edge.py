@@ -84,7 +84,7 @@ BAD_BODIES = [
     (b'{"prompt": ["a", "b"]}', "prompt"),
     (b'{"prompt": "hi", "n": -2}', "n"),
     (b'{"prompt": "hi", "logprobs": true}', "logprobs"),
-    (b'{"prompt": "hi", "echo": true}', "echo"),
+    (b'{"prompt": "hi", "echo": true, "logprobs": 1}', "echo"),
     (b'{"prompt": "hi", "best_of": 3}', "best_of"),
     (b'{"prompt": "hi", "logit_bias": {"5": 1.0}}', "logit_bias"),
     (b'{"prompt": "hi", "skip_special_tokens": false}', "skip_special_tokens"),
@@ -111,7 +111,8 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": "hi"}], "logprobs": 1}, "logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools"),
-    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "structural_tag"}},
+     "response_format.type"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 1.5}, "max_completion_tokens"),
 ]
 
