@@ -25,7 +25,7 @@ def check_model(model: str | None) -> None:
                 if model and "/" in str(model) and not str(model).endswith(".gguf") else "")
         raise ValueError(f"{where}: no such file{hint}")
     try:
-        read_metadata(path)
+        read_metadata(path, fingerprint=False)
     except ModelLoadError as exc:
         raise ValueError(f"{where}: {exc}") from None
 

@@ -107,8 +107,10 @@ def read_config(reader: gguf.GGUFReader, path: Path, fingerprint: str) -> ModelC
     )
 
 
-def read_metadata(path: str | Path) -> tuple[gguf.GGUFReader, ModelConfig]:
-    """The file's reader and hyper-parameters, without touching tensor data (what the router needs)."""
+def read_metadata(path: str | Path, fingerprint: bool = True) -> tuple[gguf.GGUFReader, ModelConfig]:
+    """The file's reader and hyper-parameters, without touching tensor data (what the router needs).
+    ``fingerprint``: hash the whole file (what tells byte-identical weights apart; a check that only asks whether the
+    file is a model it can run skips it)."""
     path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"model file {path} does not exist")
@@ -116,4 +118,4 @@ def read_metadata(path: str | Path) -> tuple[gguf.GGUFReader, ModelConfig]:
         reader = gguf.GGUFReader(path)
     except Exception as exc:  # gguf raises ValueError / struct errors for non-GGUF files
         raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from exc
-    return reader, read_config(reader, path, file_fingerprint(path))
+    return reader, read_config(reader, path, file_fingerprint(path) if fingerprint else "")

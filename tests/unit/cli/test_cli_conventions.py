@@ -51,7 +51,7 @@ def test_every_help_shows_defaults():
     (["--port", "0", "--metrics", "--metrics-base-port", "{port}"], "--metrics-base-port"),
 ])
 def test_a_taken_port_is_named_by_its_flag_before_start(nothing_starts, taken_port, capsys, args, flag):
-    assert main(["up", *(a.format(port=taken_port) for a in args)]) == 2
+    assert main(["up", "--model", "synthetic", *(a.format(port=taken_port) for a in args)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"pdserve: error: {flag}: port {taken_port}") and "in use" in err
     assert "Traceback" not in err
@@ -77,7 +77,7 @@ def test_up_passes_host_served_model_name_and_log_dir_to_the_stack(monkeypatch, 
         raise RuntimeError("recorded")
     monkeypatch.setattr(Stack, "start", record)
     logs = tmp_path / "logs"
-    assert main(["up", "--port", "0", "--host", "127.0.0.1", "--served-model-name", "smollm",
+    assert main(["up", "--model", "synthetic", "--port", "0", "--host", "127.0.0.1", "--served-model-name", "smollm",
                  "--log-dir", str(logs)]) == 2
     assert seen["spec"].extra["router"] == ["--served-model-name", "smollm"] and seen["spec"].host == "127.0.0.1"
     assert seen["log_dir"] == logs and logs.is_dir()
@@ -85,7 +85,7 @@ def test_up_passes_host_served_model_name_and_log_dir_to_the_stack(monkeypatch, 
 
 @pytest.mark.parametrize("deployment,says", [("hardware=B900", "known: H20-96G"), ("model=llama-99b", "known: deepseek-r1")])
 def test_an_unknown_gpu_or_model_lists_the_known_ones_before_start(nothing_starts, capsys, deployment, says):
-    assert main(["up", "--port", "0", "--deployment", deployment]) == 2
+    assert main(["up", "--model", "synthetic", "--port", "0", "--deployment", deployment]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pdserve: error: --deployment: ") and says in err
 
