@@ -9,7 +9,7 @@ import sys
 import grpc
 
 from pdserve.bench import cli as bench_commands
-from pdserve.cli import generate, identities, perf, sim, stack
+from pdserve.cli import calibrate, generate, identities, perf, sim, stack
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.register(sub, os.environ.get("PDSERVE_ROUTER", "127.0.0.1:50050"))  # generate, chat
     perf.register(sub)  # perf
     sim.register(sub)  # simulate, plan
+    calibrate.register(sub)  # calibrate
     bench_commands.register(sub)  # bench serve|engine|kv|pacing|sim|chaos
     return parser
 
