@@ -34,6 +34,23 @@ def stack_spec_from_args(a: argparse.Namespace):
                      http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm)
 
 
+def plan_stack(a: argparse.Namespace, spec) -> None:
+    """--plan: the emulated cluster of a saved plan (launcher/plan.py); --calibration: the workers' model."""
+    if getattr(a, "plan", None):
+        from pdserve.launcher.plan import apply_plan
+
+        apply_plan(a.plan, spec, a)
+    if a.calibration:
+        from pdserve.perfmodel.calibration import load
+
+        load(a.calibration)  # a bad file stops here, naming the flag
+        if spec.pace != "realtime":
+            raise ValueError("calibration: applies to the modeled clock; use it with --pace realtime")
+        path = str(Path(a.calibration).resolve())
+        for role in ("prefill", "decode"):
+            spec.extra[role] = spec.extra.get(role, []) + ["--calibration", path]
+
+
 def cmd_up(a: argparse.Namespace) -> int:
     from pdserve.launcher.stack import Stack
     from pdserve.launcher.state import NoStack, default_state_path, read_state, status_table
@@ -47,6 +64,7 @@ def cmd_up(a: argparse.Namespace) -> int:
             return 1
         return 0
     spec = stack_spec_from_args(a)
+    plan_stack(a, spec)
     spec.tls = a.tls
     if a.auth_token_file:
         from pdserve.common.tenants import Tenants
@@ -108,7 +126,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
     """Start the whole stack, ask the source article's two prompts, stop the stack."""
     from pdserve.launcher.stack import Stack
 
-    with Stack(stack_spec_from_args(a)) as stack:
+    spec = stack_spec_from_args(a)
+    plan_stack(a, spec)
+    with Stack(spec) as stack:
         print("stack up:\n" + stack.describe(), flush=True)
         for prompt in DEMO_PROMPTS:
             print(f"\n>>> {prompt}")
@@ -136,6 +156,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="move KV blocks between the kvstores and the workers through shared memory (same host)")
     p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=tuple(KV_DTYPES),
                    help="the KV cache's element type on every worker, in the kvstore and on the wire")
+    p.add_argument("--calibration", default=None, metavar="CAL.json",
+                   help="with --pace realtime: the workers' model fitted to your own runs (pdserve calibrate)")
     p.add_argument("--insecure-internal", action="store_true",
                    help="run the internal plane without identities, TLS or authorization (experiments only; warned)")
 
@@ -144,6 +166,9 @@ def register(sub) -> None:
     p = sub.add_parser("up", help="start kvstore, prefill, decode and router as processes; Ctrl-C stops all")
     add_stack_args(p)
     p.add_argument("--verbose", action="store_true", help="show the services' logs")
+    p.add_argument("--plan", default=None, metavar="PLAN.json",
+                   help="start the emulated cluster of a plan (pdserve plan --save-result): its prefill and decode "
+                        "workers on the synthetic backend, paced at the planned deployment's clock x --time-scale")
     p.add_argument("--http-port", type=int, default=None,
                    help="also start the OpenAI-compatible HTTP edge on this port (0: any free port)")
     p.add_argument("--metrics-base-port", type=int, default=DEFAULT_METRICS_BASE_PORT,
