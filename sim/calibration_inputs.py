@@ -156,6 +156,6 @@ def check_model(m: Measurement, model: str) -> None:
     if not m.model:
         return
     name = _norm(m.model)
-    known = sorted((k for k in MODELS if name.startswith(_norm(k))), key=len, reverse=True)
+    known = sorted((k for k in MODELS if _norm(k) in name), key=len, reverse=True)
     if known and _norm(known[0]) != _norm(model) and MODELS[known[0]] is not MODELS.get(model):
         raise _fail(m.name, f"model {m.model!r} is {known[0]}, the deployment's is {model} (--deployment model=...)")
