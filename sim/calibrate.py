@@ -45,7 +45,7 @@ def replay_requests(m: Measurement) -> tuple[list[SimRequest], list[float]]:
 
 def replay(m: Measurement, spec_of) -> dict[str, float]:
     requests, offsets = replay_requests(m)
-    result = Cluster(spec_of()).run(requests, offsets, m.max_concurrency)
+    result = Cluster(spec_of(m)).run(requests, offsets, m.max_concurrency)
     s = summary(result, m.max_concurrency)
     return {k: s[k] for k, _ in FIGURES}
 
@@ -60,6 +60,8 @@ class Fit:
 
 
 def fit(runs: list[Measurement], deployment, spec_of, parameters: tuple[str, ...] = cal.PARAMETERS) -> Fit:
+    """``spec_of(run)``: the cluster a run was measured on (built anew for each replay, so it times with the trial
+    constants)."""
     figures = [(i, k) for i, m in enumerate(runs) for k in FITTED_ON if k in m.measured]
     if len(figures) < len(parameters):
         raise ValueError(f"calibrate: {len(runs)} run(s) give {len(figures)} figure(s) to fit (mean TTFT, mean TPOT), "
@@ -124,10 +126,10 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     for m in runs:
         check_model(m, deployment.model)
 
-    def spec_of():
+    def spec_of(_run: Measurement):
         return cluster_spec(a)
 
-    spec = spec_of()
+    spec = cluster_spec(a)
     print(f"calibrating {cal.table_key(deployment)} on {spec.describe()} ({len(runs)} run(s), fitting "
           f"{', '.join(parameters)} to mean TTFT and TPOT)")
     f = fit(runs, deployment, spec_of, parameters)
