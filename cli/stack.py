@@ -39,7 +39,13 @@ def plan_stack(a: argparse.Namespace, spec) -> None:
     if getattr(a, "plan", None):
         from pdserve.launcher.plan import apply_plan
 
-        apply_plan(a.plan, spec, a)
+        plan = apply_plan(a.plan, spec, a)
+        p = plan.predicted
+        print(f"emulating the plan {plan.label} at {plan.request_rate:g} req/s: synthetic backend paced at "
+              f"{spec.deployment} x time scale {spec.time_scale:g}; predicted mean TTFT "
+              f"{p.get('mean_ttft_ms') or 0:.0f} ms, mean TPOT {p.get('mean_tpot_ms') or 0:.1f} ms, "
+              f"{p.get('request_throughput') or 0:.2f} req/s (send at {plan.request_rate / spec.time_scale:g} req/s "
+              "of wall time)", flush=True)
     if a.calibration:
         from pdserve.perfmodel.calibration import load
 
