@@ -152,9 +152,9 @@ def refuse_unhonoured(a: argparse.Namespace) -> None:
     if a.max_concurrency is not None:
         raise ValueError("max_concurrency: plan searches request rates (open-loop arrivals); a concurrency cap is "
                          "not planned for (pdserve simulate --max-concurrency runs one)")
-    if a.trace_time_scale != 1.0 or a.dataset == "trace":
-        raise ValueError("dataset: plan replaces a trace's timestamps with arrivals at each probed rate; its "
-                         "timestamps cannot be honoured (use --dataset jsonl or random, or pdserve simulate)")
+    if a.trace_time_scale != 1.0:
+        raise ValueError("trace_time_scale: plan replaces a trace's timestamps with arrivals at each probed rate, so "
+                         "there is no trace time to scale (pdserve simulate replays a trace's own times)")
     if a.request_rate <= 0 or math.isnan(a.request_rate):
         raise ValueError(f"request_rate: must be positive, got {a.request_rate}")
     if not math.isinf(a.request_rate) and a.probes is not None:

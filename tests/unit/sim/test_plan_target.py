@@ -53,7 +53,7 @@ def test_beyond_max_nodes_the_smallest_that_would_is_named(tmp_path, capsys):
     (["--request-rate", "5", "--probes", "4"], "probes"),
     (["--request-rate", "0"], "request_rate"),
     (["--ttft-p90", "2000"], "ttft_p90"),
-    (["--trace-time-scale", "2"], "dataset"),
+    (["--trace-time-scale", "2"], "trace_time_scale"),
 ])
 def test_flags_the_plan_cannot_honour_are_refused(capsys, flags, field):
     assert cli_main(["plan", "--num-prompts", "5"] + flags) == 2
