@@ -68,8 +68,13 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     if getattr(a, "calibration", None):
         from pdserve.perfmodel.calibration import apply_calibration
 
-        apply_calibration(a.calibration, a.deployment or None)
+        data = apply_calibration(a.calibration, a.deployment or None)
     result, s = simulate(a)
+    if getattr(a, "calibration", None):
+        from pdserve.perfmodel.calibration import check_range
+
+        seqs = result.sequences
+        check_range(data, sum(len(q.prompt_ids) for q in seqs) / len(seqs), s["total_output_tokens"] / len(seqs))
     rows = instance_rows(result)
     if a.json:
         print(json.dumps({k: v for k, v in s.items() if k != "has_modeled"}, indent=2))

@@ -174,6 +174,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
     started = time.perf_counter()
     requests, _ = build_workload(a)
     planner = Planner(requests, slo, SchedulerOverrides.from_args(a), probes, a.burstiness, a.seed)
+    if calibration:
+        from pdserve.perfmodel.calibration import check_range, load
+
+        check_range(load(calibration), planner.mean_in, planner.mean_out)
     modeled = deployment_from_args(a)
     modeled.profile()  # an unknown model (or a config.json it cannot model) is refused here, naming the known ones
     hardware = plan_hardware(a.hardware, modeled, "hardware=" in (a.deployment or ""))

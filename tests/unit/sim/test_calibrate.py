@@ -112,3 +112,14 @@ def test_a_calibration_for_another_deployment_warns_or_is_refused(tmp_path, caps
     (tmp_path / "bad.json").write_text('{"format": "something-else"}')
     assert cli_main(["simulate", "--num-prompts", "5", "--calibration", str(tmp_path / "bad.json")]) == 2
     assert "calibration:" in capsys.readouterr().err
+
+
+def test_predicting_far_outside_the_fitted_lengths_warns():
+    from pdserve.perfmodel.calibration import check_range
+
+    data = {"fitted_range": {"mean_input_min": 400, "mean_input_max": 600, "mean_output_min": 40,
+                             "mean_output_max": 60}}
+    warnings: list[str] = []
+    assert check_range(data, 500, 50, warn=warnings.append) == [] and not warnings
+    check_range(data, 8000, 50, warn=warnings.append)
+    assert len(warnings) == 1 and "mean input length 8000" in warnings[0] and "extrapolating" in warnings[0]

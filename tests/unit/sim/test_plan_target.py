@@ -20,7 +20,10 @@ SMALL = ["plan", "--num-prompts", "40", "--input-len", "200:800", "--output-len"
 
 def test_the_rate_is_honoured_and_the_cheapest_holder_wins(tmp_path, capsys):
     out = tmp_path / "plan.json"
-    assert cli_main(SMALL + ["--max-nodes", "3", "--request-rate", "5", "--save-result", str(out)]) == 0
+    assert cli_main(SMALL + ["--max-nodes", "3", "--request-rate", "5", "--save-result", str(out), "--emit",
+                             "sglang,compose", "--out", str(tmp_path / "emitted")]) == 0
+    assert (tmp_path / "emitted" / "sglang" / "router.sh").exists()
+    assert (tmp_path / "emitted" / "compose" / "docker-compose.plan.yml").exists()
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert data["mode"] == "target_rate" and data["request_rate"] == 5
@@ -94,3 +97,24 @@ def test_dense_models_default_to_no_expert_parallelism():
     assert parse_deployment("model=llama-3-8b").ep == 1
     assert parse_deployment("model=llama-3-8b,ep=8").ep == 8  # asked for: kept
     assert parse_deployment("").ep == 8  # DeepSeek's experts stay spread
+
+
+def test_up_plan_sets_the_emulated_cluster_and_refuses_what_the_plan_sets(tmp_path):
+    import argparse
+
+    from pdserve.launcher.plan import apply_plan
+    from pdserve.launcher.stack import StackSpec
+
+    out = tmp_path / "plan.json"
+    assert cli_main(SMALL + ["--max-nodes", "2", "--request-rate", "3", "--save-result", str(out)]) == 0
+    spec = StackSpec()
+    plan = apply_plan(str(out), spec, argparse.Namespace(deployment="", model=None, time_scale=4.0))
+    assert spec.model == "synthetic" and spec.pace == "realtime" and spec.colocated == plan.colocated
+    assert spec.n_decode == plan.n_decode and "--kv-budget" in spec.extra["decode"]
+    assert f"gpus={plan.deployment.gpus}" in spec.deployment
+    with pytest.raises(ValueError, match="deployment: --plan sets"):
+        apply_plan(str(out), StackSpec(), argparse.Namespace(deployment="hardware=H200", model=None, time_scale=1.0))
+    (tmp_path / "no-plan.json").write_text('{"winner": null}')
+    with pytest.raises(ValueError, match="no 'plan' block"):
+        apply_plan(str(tmp_path / "no-plan.json"), StackSpec(),
+                   argparse.Namespace(deployment="", model=None, time_scale=1.0))
