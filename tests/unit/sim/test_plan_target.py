@@ -118,3 +118,18 @@ def test_up_plan_sets_the_emulated_cluster_and_refuses_what_the_plan_sets(tmp_pa
     with pytest.raises(ValueError, match="no 'plan' block"):
         apply_plan(str(tmp_path / "no-plan.json"), StackSpec(),
                    argparse.Namespace(deployment="", model=None, time_scale=1.0))
+
+
+def test_a_search_shows_its_progress_and_the_time_left(monkeypatch, capsys):
+    from pdserve.sim import progress
+
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # every search, however short
+    with progress.Progress() as p:
+        tick = p.phase(3, "candidates")
+        for _ in range(3):
+            tick()
+    err = capsys.readouterr().err
+    assert "plan: candidates" in err and "/3 [00:00<" in err  # done/total [elapsed<time left]
+    with progress.Progress(enabled=False) as p:  # --json: nothing on stderr
+        p.phase(3, "candidates")()
+    assert capsys.readouterr().err == ""
