@@ -44,8 +44,9 @@ def trial_table(d: Deployment, values: dict[str, float]) -> dict:
 
 
 def deployment_text(d: Deployment) -> str:
-    keys = ("model", "hardware", "gpus", "tp", "ep", "dp_attention", "software", "kv_precision", "gpus_per_node")
-    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k in keys if (v := getattr(d, k)) != "")
+    keys = ("model", "hardware", "gpus", "tp", "ep", "dp_attention", "software", "kv_precision", "gpus_per_node",
+            "weight_precision", "model_config")
+    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k in keys if (v := getattr(d, k, "")) != "")
 
 
 def load(path: str | Path) -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 
 from pdserve.perfmodel import calibration as cal
 from pdserve.perfmodel import overheads
-from pdserve.perfmodel.deployment import parse_deployment
+from pdserve.perfmodel.deployment import deployment_from_args
 from pdserve.perfmodel.fit import gauss_newton
 from pdserve.sim.calibration_inputs import Measurement, check_model, read_results
 from pdserve.sim.cluster import Cluster, SimRequest
@@ -121,7 +121,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     parameters = tuple(p.strip() for p in a.fit.split(",") if p.strip())
     if not parameters or set(parameters) - set(cal.PARAMETERS):
         raise ValueError(f"fit: {a.fit!r}: choose among {', '.join(cal.PARAMETERS)}")
-    deployment = parse_deployment(a.deployment)
+    deployment = deployment_from_args(a)  # --deployment with --model-config folded in
     runs = [m for path in a.results for m in read_results(path)]
     for m in runs:
         check_model(m, deployment.model)

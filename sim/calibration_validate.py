@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from pdserve.engine.sched.flags import SchedulerOverrides
-from pdserve.engine.sched.scheduler import Role
+from pdserve.engine.sched.scheduler import SchedulerRole as Role
 from pdserve.perfmodel import overheads
 from pdserve.perfmodel.calibration import PARAMETERS
 from pdserve.perfmodel.deployment import parse_deployment
