@@ -73,17 +73,19 @@ def fit(iterations: int = 12) -> dict:
 
 
 def gauss_newton(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, iterations: int = 12,
-                 tolerance: float = 1e-6) -> np.ndarray:
+                 tolerance: float = 1e-6, rel_step: float = 1e-3) -> np.ndarray:
     """Non-negative constants minimizing the sum of squared residuals: Gauss-Newton steps with a finite-difference
     Jacobian (the model is nearly linear in its overheads). The one fitting routine: this module's fit over the
-    published rows and ``pdserve calibrate``'s over a user's own runs (perfmodel/calibration.py) both use it."""
+    published rows and ``pdserve calibrate``'s over a user's own runs (perfmodel/calibration.py) both use it.
+    ``rel_step``: the finite difference, relative to each constant (a whole simulated run responds in steps, so its
+    fit needs a wider one than the step-time rows)."""
     theta = np.asarray(theta, dtype=float)
     for _ in range(iterations):
         r0 = residuals(theta)
         jac = np.empty((len(r0), len(theta)))
         for j in range(len(theta)):
             step = np.zeros_like(theta)
-            step[j] = max(1e-7, abs(theta[j]) * 1e-3)
+            step[j] = max(1e-7, abs(theta[j]) * rel_step)
             jac[:, j] = (residuals(theta + step) - r0) / step[j]
         delta, *_ = np.linalg.lstsq(jac, -r0, rcond=None)
         theta = np.maximum(theta + delta, 0.0)

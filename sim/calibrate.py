@@ -32,6 +32,7 @@ from pdserve.workload.arrivals import arrival_stream
 FIGURES = (("mean_ttft_ms", "mean TTFT (ms)"), ("mean_tpot_ms", "mean TPOT (ms)"),
            ("request_throughput", "throughput (req/s)"))
 FITTED_ON = ("mean_ttft_ms", "mean_tpot_ms")  # the residuals; throughput is reported, not fitted
+REL_STEP = 0.02  # finite differences of 2%: a replay's figures move in steps (whole batches), not smoothly
 
 
 def replay_requests(m: Measurement) -> tuple[list[SimRequest], list[float]]:
@@ -81,7 +82,7 @@ def fit(runs: list[Measurement], deployment, spec_of, parameters: tuple[str, ...
     try:
         start = np.array([before[p] for p in parameters])
         predicted_before = predict(start)
-        theta = gauss_newton(residuals, start, iterations=8, tolerance=1e-4)
+        theta = gauss_newton(residuals, start, iterations=12, tolerance=1e-4, rel_step=REL_STEP)
         after = dict(before, **dict(zip(parameters, (float(x) for x in theta))))
         predicted_after = predict(theta)
     finally:
