@@ -24,10 +24,10 @@ DEFAULT_TIME_SCALE = 1.0
 
 
 def deployment_flag(plan: Plan) -> str:
-    """The plan's deployment as the workers' ``--deployment`` KEY=V list (every key, so no default can differ)."""
+    """The plan's deployment as the workers' ``--deployment`` KEY=V list (every key set, so no default can differ;
+    an empty string is the default already)."""
     values = deployment_dict(plan.deployment)
-    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in values.items()
-                    if not (k == "kv_precision" and not v))
+    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in values.items() if v != "")
 
 
 def worker_env(plan: Plan, time_scale: float = DEFAULT_TIME_SCALE) -> dict[str, str]:
