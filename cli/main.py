@@ -10,7 +10,7 @@ from importlib.metadata import version
 import grpc
 
 from pdserve.bench import cli as bench_commands
-from pdserve.cli import generate, identities, perf, sim, stack
+from pdserve.cli import calibrate, generate, identities, perf, sim, stack
 from pdserve.common.config import DefaultsFormatter
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.register(sub, os.environ.get("PDSERVE_ROUTER", "127.0.0.1:50050"))  # generate, chat
     perf.register(sub)  # perf
     sim.register(sub)  # simulate, plan
+    calibrate.register(sub)  # calibrate
     bench_commands.register(sub)  # bench and its subcommands (pdserve bench --help)
     for p in _every_parser(parser):
         p.formatter_class = DefaultsFormatter

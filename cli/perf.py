@@ -32,6 +32,11 @@ def cmd_perf(a: argparse.Namespace) -> int:
     from pdserve.common.scheduling import modeled_scheduling
     from pdserve.engine.sched.scheduler import SchedulerRole
 
+    if a.calibration:
+        from pdserve.perfmodel.calibration import apply_calibration
+
+        apply_calibration(a.calibration, a.deployment or None)
+
     # the memory its software leaves for weights + KV (SGLang's --mem-fraction-static, ...), as the workers size it
     deployment = modeled_scheduling(deployment_from_args(a), SchedulerRole.DECODE).deployment
     report = scenario_report(deployment, lens, a.decode_batch, a.context_len, a.link)
@@ -59,4 +64,6 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--list", action="store_true",
                    help="print the model and GPU profiles with their validation status, and exit")
+    p.add_argument("--calibration", default=None, metavar="CAL.json",
+                   help="the model fitted to your own runs (pdserve calibrate)")
     p.set_defaults(func=cmd_perf)

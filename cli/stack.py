@@ -35,6 +35,29 @@ def stack_spec_from_args(a: argparse.Namespace):
                      http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm, host=getattr(a, "host", "127.0.0.1"))
 
 
+def plan_stack(a: argparse.Namespace, spec) -> None:
+    """--plan: the emulated cluster of a saved plan (launcher/plan.py); --calibration: the workers' model."""
+    if getattr(a, "plan", None):
+        from pdserve.launcher.plan import apply_plan
+
+        plan = apply_plan(a.plan, spec, a)
+        p = plan.predicted
+        print(f"emulating the plan {plan.label} at {plan.request_rate:g} req/s: synthetic backend paced at "
+              f"{spec.deployment} x time scale {spec.time_scale:g}; predicted mean TTFT "
+              f"{p.get('mean_ttft_ms') or 0:.0f} ms, mean TPOT {p.get('mean_tpot_ms') or 0:.1f} ms, "
+              f"{p.get('request_throughput') or 0:.2f} req/s (send at {plan.request_rate / spec.time_scale:g} req/s "
+              "of wall time)", flush=True)
+    if a.calibration:
+        from pdserve.perfmodel.calibration import load
+
+        load(a.calibration)  # a bad file stops here, naming the flag
+        if spec.pace != "realtime":
+            raise ValueError("calibration: applies to the modeled clock; use it with --pace realtime")
+        path = str(Path(a.calibration).resolve())
+        for role in ("prefill", "decode"):
+            spec.extra[role] = spec.extra.get(role, []) + ["--calibration", path]
+
+
 def cmd_up(a: argparse.Namespace) -> int:
     from pdserve.launcher.stack import Stack
     from pdserve.launcher.state import NoStack, default_state_path, read_state, status_table
@@ -48,6 +71,7 @@ def cmd_up(a: argparse.Namespace) -> int:
             return 1
         return 0
     spec = stack_spec_from_args(a)
+    plan_stack(a, spec)
     spec.tls = a.tls
     if a.served_model_name:
         spec.extra.setdefault("router", []).extend(["--served-model-name", a.served_model_name])
@@ -123,7 +147,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
     check_model(a.model)
     check_deployment_flag(a.deployment)
-    with Stack(stack_spec_from_args(a)) as stack:
+    spec = stack_spec_from_args(a)
+    plan_stack(a, spec)
+    with Stack(spec) as stack:
         print("stack up:\n" + stack.describe(), flush=True)
         for prompt in DEMO_PROMPTS:
             print(f"\n>>> {prompt}")
@@ -152,6 +178,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="move KV blocks between the kvstores and the workers through shared memory (same host)")
     p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=tuple(KV_DTYPES),
                    help="the KV cache's element type on every worker, in the kvstore and on the wire")
+    p.add_argument("--calibration", default=None, metavar="CAL.json",
+                   help="with --pace realtime: the workers' model fitted to your own runs (pdserve calibrate)")
     p.add_argument("--insecure-internal", action="store_true",
                    help="run the internal plane without identities, TLS or authorization (experiments only; warned)")
 
@@ -167,6 +195,9 @@ def register(sub) -> None:
     p.add_argument("--log-dir", default=None,
                    help="keep the services' logs (and the stack's identities) in this directory after stop "
                         "(default: a temporary one, removed at stop)")
+    p.add_argument("--plan", default=None, metavar="PLAN.json",
+                   help="start the emulated cluster of a plan (pdserve plan --save-result): its prefill and decode "
+                        "workers on the synthetic backend, paced at the planned deployment's clock x --time-scale")
     p.add_argument("--http-port", type=int, default=None,
                    help="also start the OpenAI-compatible HTTP edge on this port (0: any free port)")
     p.add_argument("--metrics-base-port", type=int, default=DEFAULT_METRICS_BASE_PORT,

@@ -134,7 +134,16 @@ def parse_deployment(text: str, base: Deployment | None = None, field_name: str 
     if "hardware" in given and "gpus_per_node" not in given:
         # one NVLink domain is what "node" means to the communication model: 72 GPUs in a GB200 NVL72 rack
         values["gpus_per_node"] = max(values["gpus_per_node"], gpu_by_name(values["hardware"]).nvlink_domain)
+    if "ep" not in given and values["ep"] > 1 and _dense(values):
+        values["ep"] = 1  # a dense model has no experts to spread: expert parallelism is off unless asked
     return Deployment(**values)
+
+
+def _dense(values: dict) -> bool:
+    try:
+        return not Deployment(**values).profile().n_routed_experts
+    except (ValueError, OSError):
+        return False  # an unknown name is refused, naming the field, where the deployment is checked
 
 
 def add_deployment_flag(parser, flag: str = "--deployment", help: str = "") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 import numpy as np
 
@@ -66,20 +67,31 @@ def fit(iterations: int = 12) -> dict:
     calib = [all_rows[n] for n in names]
     theta = np.array([START[name] for _, name in PLAN])
     try:
-        for _ in range(iterations):
-            r0 = _residuals(theta, calib)
-            jac = np.empty((len(calib), len(theta)))
-            for j in range(len(theta)):
-                step = np.zeros_like(theta)
-                step[j] = max(1e-7, abs(theta[j]) * 1e-3)
-                jac[:, j] = (_residuals(theta + step, calib) - r0) / step[j]
-            delta, *_ = np.linalg.lstsq(jac, -r0, rcond=None)
-            theta = np.maximum(theta + delta, 0.0)
-            if np.max(np.abs(delta) / np.maximum(np.abs(theta), 1e-9)) < 1e-6:
-                break
-        return _table(theta, names)
+        return _table(gauss_newton(lambda t: _residuals(t, calib), theta, iterations), names)
     finally:
         overheads.use_table(None)
+
+
+def gauss_newton(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, iterations: int = 12,
+                 tolerance: float = 1e-6, rel_step: float = 1e-3) -> np.ndarray:
+    """Non-negative constants minimizing the sum of squared residuals: Gauss-Newton steps with a finite-difference
+    Jacobian (the model is nearly linear in its overheads). The one fitting routine: this module's fit over the
+    published rows and ``pdserve calibrate``'s over a user's own runs (perfmodel/calibration.py) both use it.
+    ``rel_step``: the finite difference, relative to each constant (a whole simulated run responds in steps, so its
+    fit needs a wider one than the step-time rows)."""
+    theta = np.asarray(theta, dtype=float)
+    for _ in range(iterations):
+        r0 = residuals(theta)
+        jac = np.empty((len(r0), len(theta)))
+        for j in range(len(theta)):
+            step = np.zeros_like(theta)
+            step[j] = max(1e-7, abs(theta[j]) * rel_step)
+            jac[:, j] = (residuals(theta + step) - r0) / step[j]
+        delta, *_ = np.linalg.lstsq(jac, -r0, rcond=None)
+        theta = np.maximum(theta + delta, 0.0)
+        if np.max(np.abs(delta) / np.maximum(np.abs(theta), 1e-9)) < tolerance:
+            break
+    return theta
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     g = add_result_args(p)
     g.add_argument("--plot", default=None, metavar="PNG", help="draw utilization, queues, KV usage and transfers")
     g.add_argument("--json", action="store_true", help="print the JSON summary instead of the tables")
+    add_calibration_flag(g)
     g.add_argument("--explain", action="store_true",
                    help="where the time of a typical request went: front end, queue, prefill, waiting between tokens "
                         "(behind prefill steps, after preemption), decode steps, KV transfer")
@@ -55,7 +56,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     add_deployment_flag(g, help="the model and software every candidate runs, KEY=V,.. (e.g. model=qwen3-235b-a22b,"
                         "hardware=H20-96G,weight_precision=fp8); the planner chooses gpus, tp, ep and dp_attention")
     g.add_argument("--max-nodes", type=int, default=4, help="8-GPU nodes at most per deployment")
-    g.add_argument("--probes", type=int, default=6, help="simulations per candidate (rate bisection)")
+    g.add_argument("--probes", type=int, default=None,
+                   help="simulations per candidate (rate bisection; default 6); not with --request-rate")
     g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
     g.add_argument("--tp-sizes", default="", help="attention TP degrees to try, comma separated (e.g. 8,4; default: "
                    "per instance the largest that divides the model's heads, within a node)")
@@ -65,5 +67,20 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sensitivity", action="store_true",
                    help="re-evaluate the winner and the baseline under the timing model's known uncertainties")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
-    g.add_argument("--save-result", default=None, metavar="PATH")
+    g.add_argument("--save-result", default=None, metavar="PATH",
+                   help="write the result as JSON, with the recommended shape as its 'plan' block (pdserve up --plan)")
+    add_calibration_flag(g)
+    g = p.add_argument_group("target rate and launch configurations")
+    g.description = ("--request-rate R (workload flag) turns the search into: the cheapest deployment, in GPUs then "
+                     "nodes, that holds R requests/s within the SLOs")
+    g.add_argument("--emit", default=None, metavar="TARGET,..",
+                   help="write the recommended shape as launch configurations: sglang, vllm, dynamo (the real "
+                        "engines' commands and manifests), k8s, compose (pdserve's own cluster, emulating the plan)")
+    g.add_argument("--out", default=None, metavar="DIR", help="where --emit writes (default: ./plan-out)")
     p.set_defaults(num_prompts=200)
+
+
+def add_calibration_flag(g) -> None:
+    g.add_argument("--calibration", default=None, metavar="CAL.json",
+                   help="the performance model fitted to your own runs (pdserve calibrate); applies to the "
+                        "deployment it was fitted for")

@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 
 from pdserve.engine.sched.flags import SchedulerOverrides
+from pdserve.engine.sched.profiles import scheduling_profile
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import deployment_text, parse_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimResult
@@ -35,21 +36,50 @@ def cluster_spec(a: argparse.Namespace) -> ClusterSpec:
                        frontend=not a.no_frontend_overhead)
 
 
+def offered(a: argparse.Namespace) -> dict:
+    """What the run served and how it was loaded: the header's and the JSON's first keys."""
+    spec = cluster_spec(a)
+    models = sorted({p.deployment.model for p in spec.pools if p.count})
+    software = sorted({scheduling_profile(p.deployment.software).release for p in spec.pools if p.count})
+    rate = a.request_rate if not math.isinf(a.request_rate) else "inf"
+    return {"model": ", ".join(models), "software": ", ".join(software), "request_rate": rate,
+            "burstiness": a.burstiness, "max_concurrency": a.max_concurrency}
+
+
+def header(info: dict) -> str:
+    rate, shape = info["request_rate"], info["burstiness"]
+    arrivals = "Poisson" if shape == 1 else f"gamma, burstiness {shape:g}"
+    load = "all requests at once" if rate == "inf" else f"{rate:g} req/s offered ({arrivals} arrivals)"
+    if info["max_concurrency"]:
+        load += f", at most {info['max_concurrency']} in flight"
+    return f"model: {info['model']}; software: {info['software']}; load: {load}"
+
+
 def simulate(a: argparse.Namespace) -> tuple[SimResult, dict]:
     requests, offsets = build_workload(a)
     result = Cluster(cluster_spec(a)).run(requests, offsets, a.max_concurrency)
     load = {"rate": a.request_rate, "burstiness": a.burstiness, "seed": a.seed}
-    return result, summary(result, a.max_concurrency, parse_percentiles(a.metric_percentiles),
-                           parse_goodput(a.goodput), **load)
+    s = summary(result, a.max_concurrency, parse_percentiles(a.metric_percentiles), parse_goodput(a.goodput), **load)
+    return result, dict(offered(a), **s)
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
     percentiles = parse_percentiles(a.metric_percentiles)
+    if getattr(a, "calibration", None):
+        from pdserve.perfmodel.calibration import apply_calibration
+
+        data = apply_calibration(a.calibration, a.deployment or None)
     result, s = simulate(a)
+    if getattr(a, "calibration", None):
+        from pdserve.perfmodel.calibration import check_range
+
+        seqs = result.sequences
+        check_range(data, sum(len(q.prompt_ids) for q in seqs) / len(seqs), s["total_output_tokens"] / len(seqs))
     rows = instance_rows(result)
     if a.json:
         print(json.dumps({k: v for k, v in s.items() if k != "has_modeled"}, indent=2))
     else:
+        print(header(s))
         print(f"cluster: {result.spec.describe()} = {result.spec.gpus} GPUs, policy {result.spec.policy}")
         for line in scheduling_lines(result):
             print(line)

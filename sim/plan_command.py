@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -13,18 +14,45 @@ from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment, deployment_from_args
 from pdserve.perfmodel.hardware import gpu
 from pdserve.sim.error_band import band
+from pdserve.sim.plan_file import plan_block
 from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
+from pdserve.sim.progress import Progress
 from pdserve.sim.workload import build_workload
+from pdserve.workload.goodput import HOLD_ATTAINMENT
+from pdserve.workload.goodput import NAME as GOODPUT_NAME
 from pdserve.workload.report import save_json
 
 BASELINE = Deployment()  # the source article's: DeepSeek-R1 on 8 x H20-141G, TP8 EP8, colocated
+DEFAULT_PROBES = 6
+
+
+def emit_check(a: argparse.Namespace) -> None:
+    """Refuse an unknown --emit target or a missing --out before the search, not after it."""
+    if getattr(a, "emit", None):
+        from pdserve.sim.emit import check_targets
+
+        check_targets(a.emit, a.out)
+
+
+def load_calibration_arg(a: argparse.Namespace) -> str | None:
+    """Applies --calibration for this process (perfmodel/calibration.py); returns its path for the plan file."""
+    path = getattr(a, "calibration", None)
+    if not path:
+        return None
+    from pdserve.perfmodel.calibration import apply_calibration
+
+    apply_calibration(path, a.deployment if getattr(a, "deployment", "") else None)
+    return path
 
 
 def parse_duration(text: str, name: str) -> float:
-    """``2s``, ``500ms``, ``0.05`` (seconds) -> seconds."""
+    """``2s``, ``500ms`` -> seconds. A bare number is refused: ``--ttft-p90 2000`` read as seconds (or as
+    milliseconds, as ``--goodput`` reads it) would silently plan for something else than meant."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*", str(text))
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"{name}: expected a positive duration like 2s or 50ms, got {text!r}")
+    if m.group(2) is None:
+        raise ValueError(f"{name}: {text!r} has no unit; write {m.group(1)}ms or {m.group(1)}s")
     return float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
 
 
@@ -119,15 +147,37 @@ def sensitivity(planner: Planner, winner: Candidate, baseline: Candidate) -> tup
     return lines, rows
 
 
+def refuse_unhonoured(a: argparse.Namespace) -> None:
+    """Flags the workload group offers that a plan cannot honour: refused, never silently ignored."""
+    if a.max_concurrency is not None:
+        raise ValueError("max_concurrency: plan searches request rates (open-loop arrivals); a concurrency cap is "
+                         "not planned for (pdserve simulate --max-concurrency runs one)")
+    if a.trace_time_scale != 1.0:
+        raise ValueError("trace_time_scale: plan replaces a trace's timestamps with arrivals at each probed rate, so "
+                         "there is no trace time to scale (pdserve simulate replays a trace's own times)")
+    if a.request_rate <= 0 or math.isnan(a.request_rate):
+        raise ValueError(f"request_rate: must be positive, got {a.request_rate}")
+    if not math.isinf(a.request_rate) and a.probes is not None:
+        raise ValueError("probes: with --request-rate each candidate is simulated once, at that rate")
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     slo = SLO(parse_duration(a.ttft_p90, "ttft_p90"), parse_duration(a.tpot_p90, "tpot_p90"))
     if a.max_nodes < 1:
         raise ValueError(f"max_nodes: must be at least 1, got {a.max_nodes}")
-    if a.probes < 2:
+    refuse_unhonoured(a)
+    probes = DEFAULT_PROBES if a.probes is None else a.probes
+    if probes < 2:
         raise ValueError(f"probes: must be at least 2, got {a.probes}")
+    emit_check(a)
+    calibration = load_calibration_arg(a)
     started = time.perf_counter()
     requests, _ = build_workload(a)
-    planner = Planner(requests, slo, SchedulerOverrides.from_args(a), a.probes, a.burstiness, a.seed)
+    planner = Planner(requests, slo, SchedulerOverrides.from_args(a), probes, a.burstiness, a.seed)
+    if calibration:
+        from pdserve.perfmodel.calibration import check_range, load
+
+        check_range(load(calibration), planner.mean_in, planner.mean_out)
     modeled = deployment_from_args(a)
     modeled.profile()  # an unknown model (or a config.json it cannot model) is refused here, naming the known ones
     hardware = plan_hardware(a.hardware, modeled, "hardware=" in (a.deployment or ""))
@@ -137,15 +187,28 @@ def cmd_plan(a: argparse.Namespace) -> int:
         raise ValueError(f"tp_sizes: expected integers like 8,4, got {a.tp_sizes!r}") from None
     if any(t <= 0 for t in tp_sizes) or a.instance_sizes < 1:
         raise ValueError("tp_sizes / instance_sizes: TP degrees must be positive and one instance size is needed")
-    pool = candidates(hardware, a.max_nodes, dp_attention=(False,) if a.no_dp_attention else (False, True),
-                      tp_sizes=tp_sizes, sizes=a.instance_sizes, overrides=planner.overrides, base=modeled,
-                      gpus_per_node=modeled.gpus_per_node)
+    pool_args = dict(dp_attention=(False,) if a.no_dp_attention else (False, True), tp_sizes=tp_sizes,
+                     sizes=a.instance_sizes, overrides=planner.overrides, base=modeled,
+                     gpus_per_node=modeled.gpus_per_node)
+    slo_dict = {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s}
+    head = (f"workload: {len(requests)} requests, mean {planner.mean_in:.0f} prompt / {planner.mean_out:.0f} output "
+            f"tokens; SLOs: p90 TTFT <= {slo.ttft_p90_s * 1000:.0f} ms, p90 TPOT <= {slo.tpot_p90_s * 1000:.0f} ms")
+    goodput_line = (f"goodput: {GOODPUT_NAME}; a deployment holds a rate when at least "
+                    f"{100 * HOLD_ATTAINMENT:.0f}% of its requests are within both SLOs")
+    if not math.isinf(a.request_rate):
+        return _cmd_target(a, planner, hardware, pool_args, slo_dict, head, goodput_line, started, calibration)
+    pool = candidates(hardware, a.max_nodes, **pool_args)
     if not pool:
         raise ValueError(f"hardware: none of {', '.join(hardware)} holds {modeled.profile().name} within "
                          f"{a.max_nodes} nodes")
     same_model = modeled.profile().name == BASELINE.profile().name and not modeled.model_config
     baseline = Candidate(BASELINE, 0, 1) if same_model else Candidate(pool[0].deployment, 0, 1)
-    outcomes = [planner.evaluate(c) for c in pool]
+    with Progress(not a.json) as progress:
+        tick = progress.phase(len(pool), "candidates")
+        outcomes = []
+        for c in pool:
+            outcomes.append(planner.evaluate(c))
+            tick()
     base = next((o for o in outcomes if o.candidate.label() == baseline.label()), None) or planner.evaluate(baseline)
     ranked = sorted(outcomes, key=lambda o: -o.goodput_per_gpu)
     winner = ranked[0]
@@ -155,7 +218,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         notes += [""] + more
     rows = [_row(o) for o in ranked]
     front = [{"candidate": o.candidate.label(), "gpus": o.candidate.gpus, "rate": p.rate,
-              "goodput_per_gpu": p.rate * p.attainment / o.candidate.gpus,
+              "goodput_per_gpu": p.goodput / o.candidate.gpus,
               "mean_e2el_ms": p.summary["mean_e2el_ms"]} for o, p in pareto(outcomes)]
     best_per_hw = {}
     for o in ranked:
@@ -165,18 +228,20 @@ def cmd_plan(a: argparse.Namespace) -> int:
     bands = {o.candidate.label(): band(o.candidate.deployment, not o.candidate.colocated)
              for o in ranked if o.candidate.label() in shown}
     elapsed = time.perf_counter() - started
-    payload = {"slo": {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s}, "requests": len(requests),
+    payload = {"slo": slo_dict, "goodput_definition": GOODPUT_NAME, "requests": len(requests),
                "mean_input_tokens": planner.mean_in, "mean_output_tokens": planner.mean_out, "candidates": rows,
                "pareto": front, "best_per_hardware": best_per_hw, "baseline": _row(base), "winner": _row(winner),
                "explanation": notes, "facts": facts,
                "error_bands": {k: {"rows": b.rows, "matched": b.matched, "dropped": b.dropped,
                                    "ranges": b.ranges} for k, b in bands.items()},
-               "simulations": planner.simulations, "wall_seconds": elapsed}
+               "simulations": planner.simulations, "wall_seconds": elapsed,
+               "plan": plan_block(winner.candidate, winner.best, vars(a), slo_dict, planner.overrides,
+                                  calibration) if winner.best else None}
     if a.json:
         print(json.dumps(payload, indent=2))
     else:
-        print(f"workload: {len(requests)} requests, mean {planner.mean_in:.0f} prompt / {planner.mean_out:.0f} output "
-              f"tokens; SLOs: p90 TTFT <= {slo.ttft_p90_s * 1000:.0f} ms, p90 TPOT <= {slo.tpot_p90_s * 1000:.0f} ms")
+        print(head)
+        print(goodput_line)
         print(_table(rows))
         print("\nPareto front (goodput per GPU vs mean e2e latency, passing operating points):")
         for f in front:
@@ -196,7 +261,47 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(f"winner: {bands[winner.candidate.label()].describe()}\n")
         print("\n".join(notes))
         print(f"\n{planner.simulations} simulations in {elapsed:.0f} s")
+    return _finish(a, payload)
+
+
+def _cmd_target(a: argparse.Namespace, planner: Planner, hardware: list[str], pool_args: dict, slo_dict: dict,
+                head: str, goodput_line: str, started: float, calibration: str | None) -> int:
+    from pdserve.sim import target_rate
+
+    with Progress(not a.json) as progress:
+        search = target_rate.cheapest(planner, hardware, a.max_nodes, a.request_rate, pool_args, progress.phase)
+    if not search.trials:
+        raise ValueError(f"hardware: none of {', '.join(hardware)} holds the model within {a.max_nodes} nodes")
+    elapsed = time.perf_counter() - started
+    chosen = search.winner
+    payload = {"mode": "target_rate", "request_rate": a.request_rate, "max_nodes": a.max_nodes, "slo": slo_dict,
+               "goodput_definition": GOODPUT_NAME, "requests": len(planner.requests),
+               "mean_input_tokens": planner.mean_in, "mean_output_tokens": planner.mean_out,
+               "tried": [t.row() for t in search.trials], "winner": chosen.row() if chosen else None,
+               "beyond_max_nodes": [t.row() for t in search.beyond],
+               "smallest_beyond": search.smallest_beyond.row() if search.smallest_beyond else None,
+               "simulations": planner.simulations, "wall_seconds": elapsed,
+               "plan": plan_block(chosen.candidate, chosen.probe, vars(a), slo_dict, planner.overrides,
+                                  calibration) if chosen else None}
+    if a.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(f"{head}; target: {a.request_rate:g} req/s (burstiness {a.burstiness:g})")
+        print(goodput_line)
+        print("\n".join(target_rate.report(search)))
+        print(f"\n{planner.simulations} simulations in {elapsed:.0f} s")
+    rc = _finish(a, payload)
+    return rc if chosen else 1
+
+
+def _finish(a: argparse.Namespace, payload: dict) -> int:
     if a.save_result:
         save_json(a.save_result, payload)
         print(f"result written to {a.save_result}", file=sys.stderr)
+    if getattr(a, "emit", None):
+        if payload.get("plan") is None:
+            raise ValueError("emit: the plan found no deployment within the SLOs; nothing to emit")
+        from pdserve.sim.emit import emit_plan
+
+        emit_plan(a.emit, payload["plan"], a.out)
     return 0

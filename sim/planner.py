@@ -2,8 +2,9 @@
 
 For each candidate (hardware, GPUs and TP/EP per instance, DP attention on or off, colocated or x prefill + y decode
 instances, up to a node limit) the planner finds, by bisection over the request rate, the highest rate at which the
-simulated cluster still meets both SLOs at the 90th percentile (DistServe's "goodput": requests per second served
-within the SLOs), and divides by the GPUs it takes. The search starts from a roofline estimate of the candidate's
+simulated cluster still holds both SLOs (DistServe's question: at least 90% of the requests within both), and reports
+the goodput measured there (workload/goodput.py: requests per second completed within the SLOs, the definition
+``bench serve`` and ``simulate`` use) per GPU it takes. The search starts from a roofline estimate of the candidate's
 capacity (prefill seconds per prompt, decode batch within the TPOT SLO), so a few simulations suffice.
 """
 
@@ -20,8 +21,9 @@ from pdserve.perfmodel.hardware import gpu as gpu_by_name
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import instance_rows, summary
 from pdserve.workload.arrivals import arrival_stream
+from pdserve.workload.goodput import HOLD_ATTAINMENT
 
-ATTAINMENT = 0.9  # the share of requests that must meet both SLOs (the SLOs are 90th percentiles)
+ATTAINMENT = HOLD_ATTAINMENT  # the share of requests that must meet both SLOs (the SLOs are 90th percentiles)
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,7 @@ class SLO:
         requests meet both SLOs."""
         ttft = s["p90_ttft_ms"] / 1000 / self.ttft_p90_s
         tpot = s["p90_tpot_ms"] / 1000 / self.tpot_p90_s
-        total = s["completed"] + s["failed"]
-        attained = (s["request_goodput"] or 0.0) * s["duration"] / total if total else 0.0
+        attained = s["slo_attainment"] or 0.0
         return attained >= ATTAINMENT - 1e-9, attained, ttft, tpot
 
 
@@ -77,6 +78,10 @@ class Probe:
     tpot_ratio: float
     summary: dict
 
+    @property
+    def goodput(self) -> float:
+        return self.summary.get("request_goodput") or 0.0
+
 
 @dataclass
 class Outcome:
@@ -90,10 +95,9 @@ class Outcome:
 
     @property
     def goodput(self) -> float:
-        """DistServe's goodput: the highest request rate served with 90% of requests within both SLOs (times the
-        share that met them)."""
+        """The goodput (workload/goodput.py) at the highest rate held: requests per second within both SLOs."""
         b = self.best
-        return b.rate * b.attainment if b else 0.0
+        return b.goodput if b else 0.0
 
     @property
     def goodput_per_gpu(self) -> float:
@@ -174,12 +178,13 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
 
 def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO,
                       overrides: SchedulerOverrides) -> float:
-    """Roofline requests per second of a candidate: prefill instances x 1 / (prefill of a mean prompt), decode
+    """Roofline requests per second of a candidate: prefill instances x attention ranks / (prefill of a mean prompt
+    on one rank), decode
     instances x the largest batch within the TPOT SLO / (its step x mean output); colocated shares the time."""
     t = c.deployment.timing()
     scheduling = modeled_scheduling(c.deployment, SchedulerRole.DECODE, overrides)
     max_num_seqs = scheduling.config.max_num_seqs * scheduling.ranks
-    prefill_rate = 1.0 / t.prefill_time([max(1, int(mean_in))]).seconds
+    prefill_rate = scheduling.ranks / t.prefill_time([max(1, int(mean_in))]).seconds  # DP ranks prefill their own
     ctx = int(mean_in + mean_out / 2)
     batch = 1
     while batch * 2 <= max_num_seqs and t.decode_step_time([ctx] * (batch * 2)).seconds <= slo.tpot_p90_s:
@@ -243,11 +248,11 @@ class Planner:
 
 def pareto(outcomes: list[Outcome]) -> list[tuple[Outcome, Probe]]:
     """Passing operating points not beaten on both goodput per GPU (higher) and mean e2e latency (lower)."""
-    points = [(o, p, p.rate * p.attainment / o.candidate.gpus, p.summary["mean_e2el_ms"])
+    points = [(o, p, p.goodput / o.candidate.gpus, p.summary["mean_e2el_ms"])
               for o in outcomes for p in o.probes if p.met]
     front = [(o, p) for o, p, g, lat in points
              if not any(g2 >= g and l2 <= lat and (g2 > g or l2 < lat) for _, _, g2, l2 in points)]
-    return sorted(front, key=lambda op: -op[1].rate * op[1].attainment / op[0].candidate.gpus)
+    return sorted(front, key=lambda op: -op[1].goodput / op[0].candidate.gpus)
 
 
 def unit_rate_offsets(n: int, burstiness: float, seed: int) -> list[float]:

@@ -37,6 +37,8 @@ def add_clock_flags(parser) -> None:
     parser.add_argument("--pace", default="off", choices=PACE_MODES,
                         help="realtime: each step lasts at least its modeled time x time-scale")
     parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per modeled second when pacing")
+    parser.add_argument("--calibration", default=None, metavar="CAL.json",
+                        help="the performance model fitted to your own runs (pdserve calibrate)")
 
 
 def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
@@ -69,8 +71,12 @@ def worker_config(args, scheduler_role: SchedulerRole, identity_role: str) -> Wo
     setup_logging(args.log_level)
     configure_from_args(args, identity_role, needs_kv_key=True)
     try:
+        if getattr(args, "calibration", None):  # the model fitted to the user's own runs (pdserve calibrate)
+            from pdserve.perfmodel.calibration import apply_calibration
+
+            apply_calibration(args.calibration, args.deployment or None)
         return WorkerConfig.from_args(args, scheduler_role)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         raise SystemExit(f"modeled deployment: {exc}") from None
 
 

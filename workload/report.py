@@ -46,6 +46,10 @@ def format_result(s: dict, title: str = "Serving Benchmark Result",
              _row("Request throughput (req/s):", s["request_throughput"], mod("request_throughput"))]
     if s.get("request_goodput") is not None:
         lines.append(_row("Request goodput (req/s):", s["request_goodput"], mod("request_goodput")))
+        if s.get("slo_attainment") is not None:
+            share = mod("slo_attainment")
+            lines.append(_row("Requests within SLOs (%):", 100 * s["slo_attainment"],
+                              100 * share if share is not None else None))
     lines += [_row("Output token throughput (tok/s):", s["output_throughput"], mod("output_throughput")),
               _row("Total token throughput (tok/s):", s["total_token_throughput"], mod("total_token_throughput"))]
     for metric in METRICS:
@@ -65,6 +69,8 @@ def format_result(s: dict, title: str = "Serving Benchmark Result",
         for e in s["errors_by_status"]:
             lines.append(f"{e['count']:>6} x {e['status']}: {e['message']}"[:WIDTH * 2])
     lines.append(_rule("", "="))
+    if s.get("goodput_definition"):
+        lines.append(f"goodput: {s['goodput_definition']}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ gap between such chunks; TPOT = (e2e - TTFT) / (output tokens - 1) over requests
 send to the end of the stream; throughputs over the run's duration. The modeled clock has TTFT, TPOT and e2el per
 request (the final chunk carries means, not every gap, so there is no modeled ITL); its duration is the makespan of
 the same arrival schedule and concurrency cap with each request lasting its modeled e2el (arrivals.modeled_makespan).
-Goodput: completed requests meeting every SLO given, per second, in each clock.
+Goodput: completed requests meeting every SLO given, per second, in each clock, and the share of requests that did
+(workload/goodput.py: the one definition bench, simulate and plan share).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import Counter
 
 import numpy as np
 
+from pdserve.workload import goodput as gp
 from pdserve.workload.arrivals import modeled_makespan
 from pdserve.workload.record import RequestRecord, RunResult
 
@@ -72,12 +74,7 @@ def modeled_values(ok: list[RequestRecord]) -> dict[str, list[float]]:
             "e2el": [r.modeled("e2e") for r in ok]}
 
 
-def meets(r: RequestRecord, slo: dict[str, float], clock: str) -> bool:
-    if clock == "wall":
-        got = {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2e_s}
-    else:
-        got = {"ttft": r.modeled("ttft"), "tpot": r.modeled("tpot"), "e2el": r.modeled("e2e")}
-    return all(got[k] is not None and got[k] <= limit for k, limit in slo.items())
+meets = gp.within
 
 
 def failures(records: list[RequestRecord]) -> list[dict]:
@@ -105,8 +102,11 @@ def summarize(result: RunResult, percentiles: tuple[float, ...] = DEFAULT_PERCEN
         "prefix_hit_rate": per_s(cached, total_in),
         "request_throughput": per_s(len(ok), duration), "output_throughput": per_s(total_out, duration),
         "total_token_throughput": per_s(total_in + total_out, duration),
-        "request_goodput": per_s(sum(meets(r, slo, "wall") for r in ok), duration) if slo else None,
+        "request_goodput": gp.goodput(ok, slo, duration) if slo else None,
+        "slo_attainment": gp.attainment(records, slo) if slo else None,
     }
+    if slo:
+        s["goodput_definition"] = gp.describe(slo)
     for name, values in wall_values(ok).items():
         for stat, value in distribution(values, percentiles).items():
             s[f"{stat}_{name}_ms"] = value
@@ -120,7 +120,8 @@ def summarize(result: RunResult, percentiles: tuple[float, ...] = DEFAULT_PERCEN
             "modeled_duration": mdur, "modeled_request_throughput": per_s(len(ok), mdur),
             "modeled_output_throughput": per_s(total_out, mdur),
             "modeled_total_token_throughput": per_s(total_in + total_out, mdur),
-            "modeled_request_goodput": per_s(sum(meets(r, slo, "modeled") for r in ok), mdur) if slo else None,
+            "modeled_request_goodput": gp.goodput(ok, slo, mdur, "modeled") if slo else None,
+            "modeled_slo_attainment": gp.attainment(records, slo, "modeled") if slo else None,
         })
         for name, values in modeled_values(ok).items():
             for stat, value in distribution(values, percentiles).items():
