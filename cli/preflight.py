@@ -10,7 +10,7 @@ from pathlib import Path
 from pdserve.engine.gguf_file import ModelLoadError, read_metadata
 from pdserve.engine.model.default_model import resolve_model_path
 from pdserve.engine.model.synthetic import SYNTHETIC_NAME
-from pdserve.launcher.stack import metrics_port_for
+from pdserve.launcher.ports import metrics_port_for
 from pdserve.perfmodel.deployment import parse_deployment
 
 

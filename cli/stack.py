@@ -15,7 +15,7 @@ from pdserve.cli.preflight import check_deployment_flag, check_model, check_port
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
 from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, KV_DTYPES
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
-from pdserve.launcher.stack import DEFAULT_METRICS_BASE_PORT
+from pdserve.launcher.ports import DEFAULT_METRICS_BASE_PORT
 from pdserve.launcher.supervisor import RESTART_MODES
 from pdserve.perfmodel.deployment import add_deployment_flag, deployment_text
 from pdserve.router.policy import PREFILL_POLICIES

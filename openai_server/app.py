@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from pdserve.client.client import AsyncPdserveClient
 from pdserve.common.tenants import Tenants
 from pdserve.openai_server.auth import TokenCheck
-from pdserve.openai_server.errors import ApiError, error_response, from_grpc
+from pdserve.openai_server.errors import ApiError, error_response, from_grpc, renamer
 from pdserve.openai_server.http_io import (
     ClientGone,
     MetricsMiddleware,
@@ -43,25 +43,6 @@ from pdserve.openai_server.protocol import (
 from pdserve.openai_server.responses import Shaper
 
 log = logging.getLogger("pdserve.openai")
-
-
-def renamer(chat: bool, max_tokens_field: str, spec_names: dict[str, str] | None = None):
-    """Router field names -> the request's (``prompt.chat.messages[0].role`` -> ``messages[0].role``)."""
-    def rename(field: str) -> str:
-        if spec_names and field in spec_names:
-            return spec_names[field]
-        if field == "max_tokens":
-            return max_tokens_field
-        if field.startswith("prompt.chat.messages"):
-            return field[len("prompt.chat."):]
-        if field.startswith("prompt"):
-            return "messages" if chat else "prompt"
-        if field == "request_id":
-            return "x-request-id"
-        if field == "logprobs" and chat:
-            return "top_logprobs"
-        return field
-    return rename
 
 
 class Edge:

@@ -69,3 +69,22 @@ def error_response(exc: ApiError, retry_after_s: int) -> JSONResponse:
     body = {"error": {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}}
     headers = {"Retry-After": str(retry_after_s)} if exc.status == 429 else None
     return JSONResponse(body, status_code=exc.status, headers=headers)
+
+
+def renamer(chat: bool, max_tokens_field: str, spec_names: dict[str, str] | None = None):
+    """Router field names -> the request's (``prompt.chat.messages[0].role`` -> ``messages[0].role``)."""
+    def rename(field: str) -> str:
+        if spec_names and field in spec_names:
+            return spec_names[field]
+        if field == "max_tokens":
+            return max_tokens_field
+        if field.startswith("prompt.chat.messages"):
+            return field[len("prompt.chat."):]
+        if field.startswith("prompt"):
+            return "messages" if chat else "prompt"
+        if field == "request_id":
+            return "x-request-id"
+        if field == "logprobs" and chat:
+            return "top_logprobs"
+        return field
+    return rename

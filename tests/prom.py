@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from pdserve.common.readiness import http_ok, wait_for
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 
 COMPARISON = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.eE+-]+\s*$")
 

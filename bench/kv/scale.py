@@ -31,7 +31,7 @@ from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.common.server import channel
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.wire import CHUNK_BYTES, MAX_BLOCK_BYTES
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 FILL_BATCH = 1000  # tiny blocks per Put while filling

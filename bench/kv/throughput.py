@@ -41,7 +41,7 @@ from pdserve.common.identity import Identity
 from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.wire import CHUNK_BYTES
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 
 # the real model's block: SmolLM2-135M (30 layers, 3 KV heads, head_dim 64), 16 tokens, K and V, float32
 DEFAULT_BLOCK_BYTES = 30 * 2 * 16 * 3 * 64 * 4

@@ -11,8 +11,9 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.common.metrics import MODELED_REQUEST_BUCKETS, MODELED_STEP_BUCKETS, RPC_BUCKETS
+from pdserve.launcher.ports import metrics_port_for
 from pdserve.launcher.prometheus_config import scrape_config
-from pdserve.launcher.stack import Stack, StackSpec, metrics_port_for
+from pdserve.launcher.stack import Stack, StackSpec
 from tests.helpers import require_tool, start_stack
 
 

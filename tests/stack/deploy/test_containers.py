@@ -16,7 +16,7 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.common.readiness import http_ok
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 from pdserve.v1 import router_pb2, router_pb2_grpc
 from tests.containers import IMAGE, build_image, compose_command, podman_env, run
 from tests.helpers import wait_until

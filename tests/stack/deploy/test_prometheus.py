@@ -18,7 +18,7 @@ import time
 import pytest
 
 from pdserve.client.client import PdserveClient
-from pdserve.launcher.stack import METRICS_OFFSETS
+from pdserve.launcher.ports import METRICS_OFFSETS
 from tests import REPO_ROOT
 from tests.helpers import pdserve_up, require_tool, wait_until
 from tests.prom import Prometheus, alert_subject, query

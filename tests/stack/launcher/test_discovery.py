@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pdserve.common.readiness import grpc_serving, wait_for
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 from pdserve.router.workers import decode_pool, is_discovered, split_target
 from pdserve.v1 import common_pb2
 from tests import REPO_ROOT

@@ -18,7 +18,7 @@ import pytest
 from pdserve.client.client import PdserveClient
 from pdserve.kvstore import shm
 from pdserve.kvstore.mac import BlockMAC
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 from pdserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 from tests.helpers import router_lease, start_stack, wait_until
 

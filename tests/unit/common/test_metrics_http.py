@@ -13,7 +13,7 @@ import pytest
 from pdserve.common.certs import make_identities
 from pdserve.common.identity import Identity
 from pdserve.common.metrics import start_metrics_server
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pdserve.kvstore import shm
-from pdserve.launcher.stack import free_port
+from pdserve.launcher.ports import free_port
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs Linux memfd_create and SCM_RIGHTS")
 

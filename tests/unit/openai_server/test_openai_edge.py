@@ -151,7 +151,7 @@ def test_unknown_route_and_method_are_openai_errors():
 
 def test_router_down_is_503_and_unhealthy():
     from pdserve.client.client import AsyncPdserveClient
-    from pdserve.launcher.stack import free_port
+    from pdserve.launcher.ports import free_port
 
     async def go():
         router = AsyncPdserveClient(f"127.0.0.1:{free_port()}")  # nothing listens there
