@@ -39,6 +39,17 @@ _MXFP4_HOPPER = ("GPT-OSS-120B on one H100 (vLLM 0.10.2): prefill is priced 2-3x
                  "of the BF16 peak) shows those kernels reached far less. Decode is priced 66% slow with the per-layer "
                  "overhead fitted on DeepSeek (36 x 216 us); the two errors have opposite signs and neither explains "
                  "the other")
+# The same DeepSeek-fitted vLLM overheads on 16 single-GPU Llama 3.1 8B pods (8 prefill, 8 decode, NIXL): with the
+# per-layer figure set to zero the model gives TPOT 6.7 ms at concurrency 32 (measured 5.95), with the per-request
+# figure also zero TTFT 63 ms (measured 79): a diagnostic of where the error sits, not a fit.
+_DEEPSEEK_OVERHEADS_PD = ("Llama 3.1 8B on single-GPU vLLM pods (8 prefill + 8 decode over NIXL): the per-layer (216 us) "
+                          "and per-request (81 ms) overheads fitted on DeepSeek-R1 TP8 are charged to a 32-layer dense "
+                          "model, 32 x 216 us = 6.9 ms of the modeled 13.7 ms decode step where the source measures "
+                          "6-7 ms TPOT; throughput halves with it, and the 81 ms alone exceeds the measured mean TTFT")
+_GAIE_PATH = (_DEEPSEEK_OVERHEADS_PD + "; and TTFT here is 0.8-3.7 s where the same pods behind vllm-router answer in "
+              "0.08-0.23 s: the time is spent on the Gateway API Inference Extension's path (Istio gateway, endpoint "
+              "picker, the decode pod's routing sidecar sending the prefill request first), which the model does not "
+              "have, and the higher TPOT (7.4-9.0 ms against 6.0-7.2) says its picks load the decode pods unevenly")
 SERVING_MISSES: dict[str, str] = {
     "gps-oss120-vllm-h100-tp1-4k200": _MXFP4_HOPPER,
     "gps-oss120-vllm-h100-tp1-2k100": _MXFP4_HOPPER,
@@ -60,4 +71,10 @@ SERVING_MISSES: dict[str, str] = {
                                     "timing (5 waves of 11.8 s E2E) says most of it is queueing or start-up the "
                                     "source does not explain, and the model prices the decode faster (duration "
                                     "-32%) with SGLang's DeepSeek-fitted overheads on a 24-layer model"),
+    **{f"vrouter-l8b-h100-8p8d-chash-1k1k-c{c}": _DEEPSEEK_OVERHEADS_PD for c in (32, 64, 128)},
+    "vrouter-l8b-h100-8p8d-chash-1k1k-c256": (_DEEPSEEK_OVERHEADS_PD + "; at this point the source's own figures "
+                                              "disagree (200 requests at once, mean TTFT 0.38 s and TPOT 6.9 ms end "
+                                              "in about 7.3 s, yet 8.00 requests/s means 25 s), so the throughput "
+                                              "error has the opposite sign"),
+    **{f"llmd-l8b-h100-8p8d-gaie-1k1k-c{c}": _GAIE_PATH for c in (32, 64, 128)},
 }

@@ -14,8 +14,8 @@ import argparse
 import re
 from dataclasses import dataclass, field
 
+from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.perfmodel import validate as step_validation
-from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.perfmodel.hardware import GPUS
 from pdserve.perfmodel.models import CATALOG, model_profile
 from pdserve.sim import validate as serving_validation
@@ -65,8 +65,8 @@ def step_cells(results: list | None = None) -> dict[tuple[str, str], Cell]:
 
 
 def _serving_key(row: dict) -> tuple[str, str]:
-    if row["deployment"]:
-        d = parse_deployment(row["deployment"])
+    if row["deployment"]:  # a P/D row names each role's pool: its cell is its first pool's model and GPU
+        d = serving_validation.pools(row["deployment"], SchedulerOverrides())[0].deployment
         return d.profile().name, d.gpu().name
     hardware = re.sub(r"\s*\(.*", "", row["hardware"]).replace(" SXM", "").strip()
     try:
