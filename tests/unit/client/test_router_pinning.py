@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -58,6 +59,19 @@ def test_the_sdk_takes_the_routers_certificate_and_refuses_another_roles(identit
         with public_port(identities[stolen]) as target, PdserveClient(target, credentials=creds,
                                                                       server_name=None) as c:
             assert reaches(c)
+
+
+def test_the_public_ports_own_certificate_passes_the_pin(tmp_path):
+    """The router's public port serves a certificate of its own (common/certs.py PUBLIC_DIR) that carries the name
+    the clients pin."""
+    from pdserve.common.certs import PUBLIC_DIR
+
+    make_identities(tmp_path, ["router"])
+    public = tmp_path / PUBLIC_DIR
+    served = SimpleNamespace(key=(public / "tls.key").read_bytes(), cert=(public / "tls.crt").read_bytes())
+    creds = grpc.ssl_channel_credentials((public / "ca.crt").read_bytes())
+    with public_port(served) as target, PdserveClient(target, credentials=creds) as c:
+        assert reaches(c)
 
 
 def test_the_cli_pins_the_router_by_default_and_can_verify_by_address(identities, monkeypatch):
