@@ -77,14 +77,19 @@ def completion_summary(state) -> str:
 
 def router_security_from_env() -> dict:
     """TLS and token for talking to the router: $PDSERVE_TLS_CA (with $PDSERVE_TLS_CERT / $PDSERVE_TLS_KEY for a
-    client certificate) and $PDSERVE_AUTH_TOKEN, as ``pdserve up --tls --auth-token-file`` prints and uses."""
+    client certificate) and $PDSERVE_AUTH_TOKEN, as ``pdserve up --tls --auth-token-file`` prints and uses. The
+    router's certificate must be valid for $PDSERVE_TLS_SERVER_NAME (default ``router``, which of a stack's
+    certificates only the router's carries; empty: the address dialed, for a router with a public CA's certificate)."""
+    from pdserve.client.client import ROUTER_NAME
+
     ca = os.environ.get("PDSERVE_TLS_CA")
     creds = None
     if ca:
         def read(var: str) -> bytes | None:
             return Path(os.environ[var]).read_bytes() if os.environ.get(var) else None
         creds = grpc.ssl_channel_credentials(Path(ca).read_bytes(), read("PDSERVE_TLS_KEY"), read("PDSERVE_TLS_CERT"))
-    return dict(credentials=creds, token=os.environ.get("PDSERVE_AUTH_TOKEN") or None)
+    return dict(credentials=creds, token=os.environ.get("PDSERVE_AUTH_TOKEN") or None,
+                server_name=os.environ.get("PDSERVE_TLS_SERVER_NAME", ROUTER_NAME) or None)
 
 
 def stream_from_router(target: str, request: dict, out=sys.stdout) -> str:

@@ -9,6 +9,10 @@ Sampling keywords are those of :class:`engine.params.SamplingParams` (max_tokens
 logprobs, ...); without max_tokens the router lets the answer run to the end of the context. With n > 1 the chunks
 of the samples interleave, each tagged with its ``index``.
 A router with TLS takes ``credentials=grpc.ssl_channel_credentials(...)``; one that checks bearer tokens, ``token=``.
+With TLS the sync client pins the router's identity: it takes only a certificate valid for the name ``router``
+(``server_name``), which a stack's CA gives the router alone, while every role's certificate is valid for
+``localhost`` and 127.0.0.1; so a stolen kvstore or worker key cannot pose as the router and collect bearer tokens.
+``server_name=None`` verifies by the address dialed instead (a router serving a certificate of a public CA).
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ from pdserve.common.convert import sampling_to_proto
 from pdserve.common.server import GRPC_OPTIONS
 from pdserve.engine.params import SamplingParams
 from pdserve.v1 import router_pb2, router_pb2_grpc
+
+ROUTER_NAME = "router"  # the name only the router's certificate carries (common/certs.py)
+
+
+def pinned_options(credentials: grpc.ChannelCredentials | None, server_name: str | None) -> list[tuple[str, object]]:
+    """The channel argument that makes TLS verify the peer for ``server_name`` rather than the address dialed."""
+    return [("grpc.ssl_target_name_override", server_name)] if credentials is not None and server_name else []
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
@@ -69,9 +80,13 @@ def tokenize_request(prompt: str | None = None, *, messages: list[dict[str, str]
 
 class PdserveClient:
     def __init__(self, target: str = "127.0.0.1:50050", credentials: grpc.ChannelCredentials | None = None,
-                 token: str | None = None) -> None:
-        self.channel = (grpc.secure_channel(target, credentials, options=GRPC_OPTIONS) if credentials
-                        else grpc.insecure_channel(target, options=GRPC_OPTIONS))
+                 token: str | None = None, server_name: str | None = ROUTER_NAME,
+                 options: list[tuple[str, object]] | None = None) -> None:
+        """``server_name``: the name the router's TLS certificate must carry (None: the address dialed);
+        ``options``: more grpc channel arguments."""
+        options = GRPC_OPTIONS + pinned_options(credentials, server_name) + (options or [])
+        self.channel = (grpc.secure_channel(target, credentials, options=options) if credentials
+                        else grpc.insecure_channel(target, options=options))
         self.stub = router_pb2_grpc.RouterStub(self.channel)
         self.metadata = auth_metadata(token)
 

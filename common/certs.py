@@ -3,9 +3,10 @@
 Each role's directory holds what a cert-manager Secret holds (``tls.crt``, ``tls.key``, ``ca.crt``) plus, for the
 roles that need it, the stack's KV key (``kv-mac.key``). A certificate names its role as the URI
 ``spiffe://pdserve/<role>`` and is valid for the role's name as a host (``kvstore``: the compose and Kubernetes
-service names), ``localhost``, 127.0.0.1 and any extra ``hosts``; it serves and acts as a client (mutual TLS). ECDSA
-P-256 keys. The CA's private key is not kept: rotating means a new set (``trust`` keeps old CAs trusted meanwhile,
-docs/security.md).
+service names), ``localhost``, 127.0.0.1 and any extra ``hosts``; it serves and acts as a client (mutual TLS). A set
+with the router also holds ``public/``: the certificate of the router's public port, valid for the router's names,
+naming no role and for serving only. ECDSA P-256 keys. The CA's private key is not kept: rotating means a new set
+(``trust`` keeps old CAs trusted meanwhile, docs/security.md).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pdserve.common.identity import (
 )
 
 DEFAULT_DAYS = 90
+PUBLIC_DIR = "public"  # the router's public port's certificate: not a role, made beside the router's identity
 STACK_ROLES = ("router", "prefill", "decode", "kvstore", "openai", "prometheus", "admin")  # what `pdserve up` makes
 
 
@@ -65,8 +67,8 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     os.chmod(path, mode)  # also when the file existed with another mode
 
 
-def _san(role: str, hosts: Iterable[str]) -> x509.SubjectAlternativeName:
-    names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id(role))]
+def _san(role: str, hosts: Iterable[str], uri: bool = True) -> x509.SubjectAlternativeName:
+    names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id(role))] if uri else []
     for host in dict.fromkeys([role, "localhost", "127.0.0.1", "::1", *hosts]):
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
@@ -100,29 +102,42 @@ def make_identities(directory: str | Path, roles: Iterable[str] = STACK_ROLES, h
     kv_key = secrets.token_bytes(KV_KEY_BYTES).hex().encode() + b"\n"
     out = {}
     for role in roles:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (_builder(f"pdserve {role}", ca_name, key.public_key(), days)
-                .add_extension(_san(role, hosts), critical=False)
-                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                               critical=False)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(ROLE_KEY_USAGE, critical=True)
-                .sign(ca_key, hashes.SHA256()))
-        role_dir = d / role
-        role_dir.mkdir(exist_ok=True)
-        role_dir.chmod(0o700)
-        _write(role_dir / CERT_FILE, _pem(cert), 0o644)
-        _write(role_dir / KEY_FILE, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                      serialization.NoEncryption()), 0o600)
-        _write(role_dir / CA_FILE, bundle, 0o644)
+        role_dir = _issue(d / role, _san(role, hosts), f"pdserve {role}", ca_name, ca_key, bundle, days,
+                          [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
         if role in KV_KEY_ROLES:
             _write(role_dir / KV_KEY_FILE, kv_key, 0o600)
-        if owners and role in owners:
-            for path in [role_dir, *role_dir.iterdir()]:
-                os.chown(path, owners[role], owners[role])
         out[role] = role_dir
+    if "router" in roles:
+        # The public port's own certificate: the router's names, no role (no SPIFFE URI) and server use only, so the
+        # key a public port exposes to every caller's handshake is never a client identity on the internal plane
+        _issue(d / PUBLIC_DIR, _san("router", hosts, uri=False), "pdserve router (public port)", ca_name, ca_key,
+               bundle, days, [ExtendedKeyUsageOID.SERVER_AUTH])
+    for role, owner in (owners or {}).items():
+        # the public port's key belongs to whoever runs the router
+        for owned in [out.get(role)] + ([d / PUBLIC_DIR] if role == "router" and "router" in out else []):
+            for path in [owned, *owned.iterdir()] if owned else []:
+                os.chown(path, owner, owner)
     return out
+
+
+def _issue(directory: Path, san: x509.SubjectAlternativeName, common_name: str, ca_name: str, ca_key, bundle: bytes,
+           days: int, usages: list) -> Path:
+    """One end-entity certificate, its key and the CA bundle in ``directory`` (0700; the key 0600)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (_builder(common_name, ca_name, key.public_key(), days)
+            .add_extension(san, critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(ROLE_KEY_USAGE, critical=True)
+            .sign(ca_key, hashes.SHA256()))
+    directory.mkdir(exist_ok=True)
+    directory.chmod(0o700)
+    _write(directory / CERT_FILE, _pem(cert), 0o644)
+    _write(directory / KEY_FILE, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()), 0o600)
+    _write(directory / CA_FILE, bundle, 0o644)
+    return directory
 
 
 def _ca_files(directory: Path) -> list[Path]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import grpc
 
-from pdserve.common.certs import STACK_ROLES, make_identities
-from pdserve.common.identity import Identity
+from pdserve.common.certs import PUBLIC_DIR, STACK_ROLES, make_identities
+from pdserve.common.identity import CERT_FILE, KEY_FILE, Identity
 from pdserve.common.scrape import Samples, scrape
 
 MODULE_ROLES = {"kvstore": "kvstore", "prefill_server": "prefill", "decode_server": "decode", "router": "router",
@@ -68,10 +68,12 @@ class StackSecurity:
         """A process's security flags: its identity, and for the public side TLS and the token file."""
         role = MODULE_ROLES[module]
         out = ["--insecure-internal"] if self.spec.insecure_internal else self.identities.flags(role)
-        if self.spec.tls and module in ("router", "openai_server"):
+        if self.spec.tls and module == "router":  # the public port serves its own certificate, not the role's
+            public = self.identities.directory / PUBLIC_DIR
+            out += ["--tls-cert", str(public / CERT_FILE), "--tls-key", str(public / KEY_FILE)]
+        elif self.spec.tls and module == "openai_server":
             ident = self.identities.identity(role)
-            out += ["--tls-cert", ident.cert_path, "--tls-key", ident.key_path] + (
-                ["--tls-ca", ident.ca_path] if module == "openai_server" else [])
+            out += ["--tls-cert", ident.cert_path, "--tls-key", ident.key_path, "--tls-ca", ident.ca_path]
         if self.token_file is not None and module in ("router", "openai_server"):
             out += ["--auth-token-file", str(self.token_file)]
         return out

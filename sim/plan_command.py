@@ -59,12 +59,16 @@ def parse_duration(text: str, name: str) -> float:
 def plan_hardware(text: str | None, base: Deployment, deployment_names_it: bool) -> list[str]:
     """The GPU types to search: ``--hardware`` if given, else the one ``--deployment`` names, else the two H20s.
     An unknown name is refused with the known ones."""
+    flag = "--hardware" if text is not None else "--deployment"
     if text is None:
         text = base.hardware if deployment_names_it else "H20-141G,H20-96G"
     names = [h.strip() for h in text.split(",") if h.strip()]
     if not names:
-        raise ValueError("hardware: name at least one GPU profile")
-    return [gpu(h).name for h in names]
+        raise ValueError(f"{flag}: name at least one GPU profile")
+    try:
+        return [gpu(h).name for h in names]
+    except ValueError as exc:  # "hardware: unknown GPU 'X'; known: ...": say which flag to change
+        raise ValueError(f"{flag}: {str(exc).removeprefix('hardware: ')}") from None
 
 
 def _row(o: Outcome) -> dict:
@@ -172,15 +176,21 @@ def cmd_plan(a: argparse.Namespace) -> int:
     emit_check(a)
     calibration = load_calibration_arg(a)
     started = time.perf_counter()
+    try:
+        modeled = deployment_from_args(a)
+    except ValueError as exc:  # its fields ("hardware: unknown GPU ...") belong to one flag
+        message = str(exc)
+        raise ValueError(message if message.startswith("--deployment") else f"--deployment: {message}") from None
     requests, _ = build_workload(a)
     planner = Planner(requests, slo, SchedulerOverrides.from_args(a), probes, a.burstiness, a.seed)
     if calibration:
         from pdserve.perfmodel.calibration import check_range, load
 
         check_range(load(calibration), planner.mean_in, planner.mean_out)
-    modeled = deployment_from_args(a)
     modeled.profile()  # an unknown model (or a config.json it cannot model) is refused here, naming the known ones
     hardware = plan_hardware(a.hardware, modeled, "hardware=" in (a.deployment or ""))
+    requests, _ = build_workload(a)
+    planner = Planner(requests, slo, SchedulerOverrides.from_args(a), a.probes, a.burstiness, a.seed)
     try:
         tp_sizes = tuple(int(x) for x in a.tp_sizes.split(",") if x.strip())
     except ValueError:

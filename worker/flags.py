@@ -14,6 +14,7 @@ from pdserve.common.config import FlagParser, add_model_flags, service_parser
 from pdserve.common.metrics import set_process_info
 from pdserve.common.server import serve, setup_logging
 from pdserve.common.tls import configure_from_args
+from pdserve.engine.gguf_file import ModelLoadError
 from pdserve.engine.runtime import Runtime, default_served_name
 from pdserve.engine.sched.flags import add_scheduler_args
 from pdserve.engine.sched.scheduler import SchedulerRole
@@ -91,6 +92,8 @@ def build_worker(config: WorkerConfig, kv_blocks: int | None = None, slab_tokens
     extra = {"slab_seqs": min(seqs, MAX_SLAB_SEQS)} | ({"slab_tokens": slab_tokens} if slab_tokens else {})
     try:
         runtime = Runtime.load(config.model, config.block_tokens, kv_dtype=config.kv_dtype, **extra)
+    except ModelLoadError as exc:  # not a GGUF file, or not an architecture this runtime runs
+        raise SystemExit(f"--model {config.model or '(the default model)'}: {exc}") from None
     except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
         raise SystemExit(f"--kv-dtype: {exc}") from None
     TOKEN_BUDGET.labels("step").set(scheduling.config.max_num_batched_tokens)

@@ -120,3 +120,25 @@ def test_role_certificates_cannot_sign_certificates(tmp_path):
         usage = cert.extensions.get_extension_for_class(x509.KeyUsage)
         assert basic.critical and basic.value.ca is False
         assert usage.critical and usage.value.digital_signature and not usage.value.key_cert_sign
+
+
+def test_the_public_port_gets_a_certificate_of_its_own(tmp_path):
+    """Beside the router's role identity, a set holds the public port's certificate: the router's names (what clients
+    pin), no role, serving only, its own key; a set without the router has none."""
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    from pdserve.common.certs import PUBLIC_DIR
+
+    dirs = make_identities(tmp_path, ["router", "kvstore"], hosts=["router.example"])
+    public = x509.load_pem_x509_certificate((tmp_path / PUBLIC_DIR / "tls.crt").read_bytes())
+    sans = public.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {"router", "localhost", "router.example"} <= set(sans.get_values_for_type(x509.DNSName))
+    assert sans.get_values_for_type(x509.UniformResourceIdentifier) == []  # no role on the internal plane
+    assert list(public.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.SERVER_AUTH]
+    assert not public.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert (tmp_path / PUBLIC_DIR / "tls.key").read_bytes() != (dirs["router"] / "tls.key").read_bytes()
+    assert stat.S_IMODE((tmp_path / PUBLIC_DIR / "tls.key").stat().st_mode) == 0o600
+    assert PUBLIC_DIR not in dirs
+    make_identities(tmp_path / "no-router", ["kvstore"])
+    assert not (tmp_path / "no-router" / PUBLIC_DIR).exists()

@@ -84,3 +84,15 @@ def test_a_sensitivity_variant_reaches_the_simulated_steps():
         return max(s.finish_s for s in result.sequences)
 
     assert duration(half) < 0.8 * duration(base)
+
+
+@pytest.mark.parametrize("flags, flag", [(["--hardware", "H200,B300"], "--hardware"),
+                                         (["--deployment", "hardware=B300"], "--deployment")])
+def test_plan_refuses_an_unknown_gpu_naming_the_flag_and_the_known_ones(capsys, flags, flag):
+    """An unknown GPU is named unknown (not "cannot hold the model"), with the flag to change and the known list."""
+    assert cli_main(["plan", "--num-prompts", "5", *flags]) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"pdserve: error: {flag}: ") and "unknown GPU 'B300'; known: " in line
+    assert "H200" in line and "B200" in line
+    assert "holds" not in err and "Traceback" not in err

@@ -9,7 +9,7 @@ from pdserve.common.metrics import PROCESS_INFO, set_process_info
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import deployment_from_args
 from pdserve.worker.config import WorkerConfig
-from pdserve.worker.flags import worker_parser
+from pdserve.worker.flags import build_worker, worker_parser
 
 
 def config(*flags: str, role: SchedulerRole = SchedulerRole.DECODE) -> WorkerConfig:
@@ -45,3 +45,20 @@ def test_process_info_takes_its_labels_from_the_config():
     set_process_info("router", "m", "fp")
     labels = PROCESS_INFO.collect()[0].samples[0].labels
     assert labels["perf_hardware"] == "" and labels["pace"] == "" and labels["service"] == "router"
+
+
+@pytest.mark.parametrize("content", [b"not a model at all\n", None])
+def test_a_model_that_is_not_a_gguf_file_is_refused_naming_model(tmp_path, content):
+    """A worker started by hand with a --model that is no GGUF file (or none at all) blames --model, not
+    --kv-dtype: the loader's ModelLoadError is a ValueError too."""
+    path = tmp_path / "model.safetensors"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        build_worker(config("--model", str(path)))
+    assert str(exc.value).startswith(f"--model {path}: ") and "--kv-dtype" not in str(exc.value)
+
+
+def test_a_16_bit_cache_of_the_synthetic_backend_still_names_kv_dtype():
+    with pytest.raises(SystemExit, match="^--kv-dtype: "):
+        build_worker(config("--model", "synthetic", "--kv-dtype", "float16"))
