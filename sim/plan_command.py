@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment, deployment_from_args
-from pdserve.perfmodel.hardware import gpu
 from pdserve.sim.error_band import band
+from pdserve.sim.plan_checks import emit_check, load_calibration_arg, parse_duration, plan_hardware, refuse_unhonoured
 from pdserve.sim.plan_file import plan_block
 from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
 from pdserve.sim.progress import Progress
@@ -24,51 +23,6 @@ from pdserve.workload.report import save_json
 
 BASELINE = Deployment()  # the source article's: DeepSeek-R1 on 8 x H20-141G, TP8 EP8, colocated
 DEFAULT_PROBES = 6
-
-
-def emit_check(a: argparse.Namespace) -> None:
-    """Refuse an unknown --emit target or a missing --out before the search, not after it."""
-    if getattr(a, "emit", None):
-        from pdserve.sim.emit import check_targets
-
-        check_targets(a.emit, a.out)
-
-
-def load_calibration_arg(a: argparse.Namespace) -> str | None:
-    """Applies --calibration for this process (perfmodel/calibration.py); returns its path for the plan file."""
-    path = getattr(a, "calibration", None)
-    if not path:
-        return None
-    from pdserve.perfmodel.calibration import apply_calibration
-
-    apply_calibration(path, a.deployment if getattr(a, "deployment", "") else None)
-    return path
-
-
-def parse_duration(text: str, name: str) -> float:
-    """``2s``, ``500ms`` -> seconds. A bare number is refused: ``--ttft-p90 2000`` read as seconds (or as
-    milliseconds, as ``--goodput`` reads it) would silently plan for something else than meant."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*", str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"{name}: expected a positive duration like 2s or 50ms, got {text!r}")
-    if m.group(2) is None:
-        raise ValueError(f"{name}: {text!r} has no unit; write {m.group(1)}ms or {m.group(1)}s")
-    return float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
-
-
-def plan_hardware(text: str | None, base: Deployment, deployment_names_it: bool) -> list[str]:
-    """The GPU types to search: ``--hardware`` if given, else the one ``--deployment`` names, else the two H20s.
-    An unknown name is refused with the known ones."""
-    flag = "--hardware" if text is not None else "--deployment"
-    if text is None:
-        text = base.hardware if deployment_names_it else "H20-141G,H20-96G"
-    names = [h.strip() for h in text.split(",") if h.strip()]
-    if not names:
-        raise ValueError(f"{flag}: name at least one GPU profile")
-    try:
-        return [gpu(h).name for h in names]
-    except ValueError as exc:  # "hardware: unknown GPU 'X'; known: ...": say which flag to change
-        raise ValueError(f"{flag}: {str(exc).removeprefix('hardware: ')}") from None
 
 
 def _row(o: Outcome) -> dict:
@@ -149,20 +103,6 @@ def sensitivity(planner: Planner, winner: Candidate, baseline: Candidate) -> tup
                      "baseline_goodput_per_gpu": b.goodput_per_gpu, "ratio": ratio})
         lines.append(f"  {name:<26} {w.goodput_per_gpu:.3f} / {b.goodput_per_gpu:.3f} = {ratio:.2f}x   ({why})")
     return lines, rows
-
-
-def refuse_unhonoured(a: argparse.Namespace) -> None:
-    """Flags the workload group offers that a plan cannot honour: refused, never silently ignored."""
-    if a.max_concurrency is not None:
-        raise ValueError("max_concurrency: plan searches request rates (open-loop arrivals); a concurrency cap is "
-                         "not planned for (pdserve simulate --max-concurrency runs one)")
-    if a.trace_time_scale != 1.0:
-        raise ValueError("trace_time_scale: plan replaces a trace's timestamps with arrivals at each probed rate, so "
-                         "there is no trace time to scale (pdserve simulate replays a trace's own times)")
-    if a.request_rate <= 0 or math.isnan(a.request_rate):
-        raise ValueError(f"request_rate: must be positive, got {a.request_rate}")
-    if not math.isinf(a.request_rate) and a.probes is not None:
-        raise ValueError("probes: with --request-rate each candidate is simulated once, at that rate")
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

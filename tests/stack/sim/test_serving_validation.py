@@ -5,7 +5,8 @@ because it simulates ~45 full benchmark runs (about a minute of CPU, spread over
 
 from __future__ import annotations
 
-from pdserve.sim.validate import KNOWN_MISSES, format_table, summary_of, trend, validate
+from pdserve.sim.validate import KNOWN_MISSES, validate
+from pdserve.sim.validation_report import format_table, summary_of, trend
 
 REPLAYS = None
 

@@ -95,7 +95,8 @@ def test_vllm_first_token_is_the_decode_steps():
 
 
 def test_validation_replays_a_pd_row_with_per_role_deployments_and_tables_it_apart():
-    from pdserve.sim.validate import format_markdown, format_table, pools, replay
+    from pdserve.sim.validate import pools, replay
+    from pdserve.sim.validation_report import format_markdown, format_table
 
     row = {"id": "pd-example", "split": "held-out", "not_modeled": "", "scheduler": "",
            "deployment": f"prefill 1 x {TP16}; decode 2 x {DP16}", "pd_disaggregated": "yes (1P2D)",

@@ -9,7 +9,7 @@ import pytest
 
 from pdserve.cli.main import main as cli_main
 from pdserve.perfmodel.deployment import parse_deployment
-from pdserve.sim.plan_command import parse_duration
+from pdserve.sim.plan_checks import parse_duration
 from pdserve.sim.plan_file import load_plan
 from pdserve.workload.goodput import NAME as GOODPUT_NAME
 from pdserve.workload.record import RequestRecord

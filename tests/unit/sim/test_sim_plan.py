@@ -11,7 +11,7 @@ from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
-from pdserve.sim.plan_command import parse_duration
+from pdserve.sim.plan_checks import parse_duration
 from pdserve.sim.planner import candidates
 from pdserve.sim.sensitivity import VARIANTS, variant
 

@@ -10,7 +10,8 @@ from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.explain import explain_requests, request_parts
-from pdserve.sim.validate import FIGURES, KNOWN_MISSES, Figure, Replay, format_markdown, format_table, measured, replay, rows
+from pdserve.sim.validate import FIGURES, KNOWN_MISSES, Figure, Replay, measured, replay, rows
+from pdserve.sim.validation_report import format_markdown, format_table
 
 H200 = Deployment(hardware="H200", ep=1)
 
