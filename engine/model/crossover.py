@@ -23,8 +23,9 @@ from pdserve.engine.model.quantized import QuantizedWeights
 
 log = logging.getLogger("pdserve.engine")
 
-ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes tried, in order; the first loss ends the search
+ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes tried, in order; the first confirmed loss ends the search
 REPEATS = 3  # each timing is the best of this many runs
+CONFIRMATIONS = 2  # times a row count is measured before a loss of the quantized products ends the search
 BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy machine: about a second otherwise)
 CROSSOVER_ENV = "PDSERVE_QUANT_CROSSOVER"  # a batch size here is used as it is, nothing measured
 _measured: dict[tuple, int] = {}  # per process: (model fingerprint, threads) -> crossover
@@ -41,28 +42,40 @@ def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[
                       repeats: int = REPEATS, budget_s: float = BUDGET_S) -> int:
     """The largest row count in ``row_counts`` up to which every count ran the quantized products faster than the
     float32 ones (0: not even one row). ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an
-    activation ``[rows, in]`` for each pair. Past ``budget_s`` no further count is tried."""
-    def best(products: list[Callable], xs: list[np.ndarray]) -> float:
-        times = []
-        for _ in range(repeats):
-            began = timer()
-            for product, x in zip(products, xs):
-                product(x)
-            times.append(timer() - began)
-        return min(times)
+    activation ``[rows, in]`` for each pair. Past ``budget_s`` no further count is tried.
 
+    The two forms are timed interleaved (quantized, float32, float32, quantized, ...), each the best of ``repeats``,
+    so that a burst of other work on a shared machine slows both rather than one; and a count the quantized products
+    lose is timed once more before it ends the search, since a single loss to noise would otherwise send every
+    forward down the slower path for the life of the process."""
     start = timer()
     crossover = 0
     for rows in row_counts:
         if timer() - start > budget_s:
             break
         xs = inputs(rows)
-        quantized = best([q for q, _ in pairs], xs)
-        dense = best([f for _, f in pairs], xs)
-        if quantized >= dense:
+        if not any(_quantized_wins(pairs, xs, timer, repeats) for _ in range(CONFIRMATIONS)):
             break
         crossover = rows
     return crossover
+
+
+def _quantized_wins(pairs: list[tuple[Callable, Callable]], xs: list[np.ndarray], timer: Callable[[], float],
+                    repeats: int) -> bool:
+    """Whether the best of ``repeats`` quantized steps beat the best of as many float32 ones, timed interleaved."""
+    def step(products: list[Callable]) -> float:
+        began = timer()
+        for product, x in zip(products, xs):
+            product(x)
+        return timer() - began
+
+    quantized, dense = [q for q, _ in pairs], [f for _, f in pairs]
+    best = {"q": float("inf"), "f": float("inf")}
+    for i in range(repeats):
+        order = (("q", quantized), ("f", dense)) if i % 2 == 0 else (("f", dense), ("q", quantized))
+        for name, products in order:
+            best[name] = min(best[name], step(products))
+    return best["q"] < best["f"]
 
 
 def model_crossover(key: tuple, quantized: QuantizedWeights, dense: list[np.ndarray], threads: int) -> int:

@@ -134,6 +134,27 @@ def test_the_crossover_is_the_last_row_count_before_the_quantized_products_lose(
     assert measure_crossover(pairs, inputs, (1, 2, 4, 8), timer, budget_s=0.0) == 1  # the budget ends the search
 
 
+def test_a_burst_of_other_work_during_the_quantized_timings_does_not_end_the_search():
+    """A burst that slows the next three products run (another process on a shared core) hits both forms when they
+    are timed interleaved; timed one form after the other it made all three quantized timings of one row lose, and
+    every forward of the process ran the slower float32 path."""
+    clock, burst = [0.0], [0]
+    cost = {"q": lambda rows: 1.0, "f": lambda rows: 4.0}
+
+    def product(kind):
+        def run(x):
+            clock[0] += cost[kind](x.shape[0]) + (100.0 if burst[0] > 0 else 0.0)
+            burst[0] -= 1
+        return run
+
+    pairs = [(product("q"), product("f"))]
+    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    burst[0] = 3  # the first three products of the search are slowed
+    assert measure_crossover(pairs, inputs, (1, 2, 4), lambda: clock[0], budget_s=1e9) == 4
+    burst[0] = 5  # all but the last product of the first timing of one row: that timing loses, its second one decides
+    assert measure_crossover(pairs, inputs, (1, 2, 4), lambda: clock[0], repeats=3, budget_s=1e9) == 4
+
+
 def test_a_crossover_given_in_the_environment_is_used_as_it_is(tiny_model_path, monkeypatch):
     from pdserve.engine.model import crossover
 
