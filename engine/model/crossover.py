@@ -4,7 +4,7 @@ A product with the quantized weights reads 4-8x fewer bytes than one with float3
 in compiled loops that unpack the weights and multiply-add at about half of BLAS's GEMM rate, while BLAS reuses each
 float32 weight across rows at full speed. So the quantized form wins for a few rows and loses for many; where it stops winning
 depends on the machine's bandwidth and arithmetic, its threads, and the model's shapes. :func:`measure_crossover`
-times one decode step's products (every layer's matrices and the head) both ways at growing row counts and returns
+times one decode step's products (every layer's matrices and the head) both ways at row counts chosen by bisection and returns
 the largest count at which the quantized ones were faster.
 """
 
@@ -23,7 +23,7 @@ from pdserve.engine.model.quantized import QuantizedWeights
 
 log = logging.getLogger("pdserve.engine")
 
-ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes tried, in order; the first confirmed loss ends the search
+ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes, the first tried first, then bisected
 REPEATS = 3  # each timing is the best of this many runs
 CONFIRMATIONS = 2  # times a row count is measured before a loss of the quantized products ends the search
 BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy machine: about a second otherwise)
@@ -40,23 +40,31 @@ def product_pairs(quantized: QuantizedWeights, dense: Iterable[np.ndarray], thre
 def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[int], list[np.ndarray]],
                       row_counts: tuple[int, ...] = ROW_COUNTS, timer: Callable[[], float] = time.perf_counter,
                       repeats: int = REPEATS, budget_s: float = BUDGET_S) -> int:
-    """The largest row count in ``row_counts`` up to which every count ran the quantized products faster than the
-    float32 ones (0: not even one row). ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an
-    activation ``[rows, in]`` for each pair. Past ``budget_s`` no further count is tried.
+    """The largest row count in ``row_counts`` at which the quantized products ran faster than the float32 ones (0:
+    not even the first), found by bisection after the first count: the quantized products' cost grows faster with
+    the rows than BLAS's, so once they lose they lose at every larger count, and bisection reaches the batches that
+    matter within the budget on a slow or busy machine, where trying every count in turn stopped at one or two.
+    ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an activation ``[rows, in]`` for each
+    pair. Past ``budget_s`` no further count is tried (the first always is).
 
     The two forms are timed interleaved (quantized, float32, float32, quantized, ...), each the best of ``repeats``,
     so that a burst of other work on a shared machine slows both rather than one; and a count the quantized products
     lose is timed once more before it ends the search, since a single loss to noise would otherwise send every
     forward down the slower path for the life of the process."""
-    start = timer()
-    crossover = 0
-    for rows in row_counts:
-        if timer() - start > budget_s:
-            break
+    def wins(rows: int) -> bool:
         xs = inputs(rows)
-        if not any(_quantized_wins(pairs, xs, timer, repeats) for _ in range(CONFIRMATIONS)):
-            break
-        crossover = rows
+        return any(_quantized_wins(pairs, xs, timer, repeats) for _ in range(CONFIRMATIONS))
+
+    start = timer()
+    if not row_counts or not wins(row_counts[0]):
+        return 0
+    crossover, lo, hi = row_counts[0], 1, len(row_counts)  # row_counts[:lo] won, row_counts[hi:] lost
+    while lo < hi and timer() - start <= budget_s:
+        mid = (lo + hi) // 2
+        if wins(row_counts[mid]):
+            crossover, lo = row_counts[mid], mid + 1
+        else:
+            hi = mid
     return crossover
 
 

@@ -155,6 +155,23 @@ def test_a_burst_of_other_work_during_the_quantized_timings_does_not_end_the_sea
     assert measure_crossover(pairs, inputs, (1, 2, 4), lambda: clock[0], repeats=3, budget_s=1e9) == 4
 
 
+def test_the_search_bisects_so_that_a_small_budget_still_reaches_the_large_batches():
+    """Trying 1, 2, 4, ... in turn spent this budget by 4 rows and kept 4, though the quantized products win up to 24
+    (of ROW_COUNTS); bisecting after the first count reaches 24 within it."""
+    clock = [0.0]
+    cost = {"q": lambda rows: 1.0 + 0.1 * rows, "f": lambda rows: 4.0}  # the quantized lose from 30 rows
+
+    def product(kind):
+        def run(x):
+            clock[0] += cost[kind](x.shape[0])
+        return run
+
+    pairs = [(product("q"), product("f"))]
+    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=40.0) == 24
+    assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=1e9) == 24
+
+
 def test_a_crossover_given_in_the_environment_is_used_as_it_is(tiny_model_path, monkeypatch):
     from pdserve.engine.model import crossover
 
