@@ -27,6 +27,9 @@ ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes, the first tried fi
 REPEATS = 3  # each timing is the best of this many runs
 CONFIRMATIONS = 2  # times a row count is measured before a loss of the quantized products ends the search
 BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy machine: about a second otherwise)
+# counts timed whatever the budget (the first and two bisection steps): on a busy machine one lost bisection step
+# could spend the budget and leave the crossover at one row, the float32 path from batch 2
+MIN_PROBES = 3
 CROSSOVER_ENV = "PDSERVE_QUANT_CROSSOVER"  # a batch size here is used as it is, nothing measured
 _measured: dict[tuple, int] = {}  # per process: (model fingerprint, threads) -> crossover
 
@@ -45,7 +48,7 @@ def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[
     the rows than BLAS's, so once they lose they lose at every larger count, and bisection reaches the batches that
     matter within the budget on a slow or busy machine, where trying every count in turn stopped at one or two.
     ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an activation ``[rows, in]`` for each
-    pair. Past ``budget_s`` no further count is tried (the first always is).
+    pair. Past ``budget_s`` no further count is tried once MIN_PROBES were.
 
     The two forms are timed interleaved (quantized, float32, float32, quantized, ...), each the best of ``repeats``,
     so that a burst of other work on a shared machine slows both rather than one; and a count the quantized products
@@ -59,8 +62,9 @@ def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[
     if not row_counts or not wins(row_counts[0]):
         return 0
     crossover, lo, hi = row_counts[0], 1, len(row_counts)  # row_counts[:lo] won, row_counts[hi:] lost
-    while lo < hi and timer() - start <= budget_s:
-        mid = (lo + hi) // 2
+    probes = 1
+    while lo < hi and (probes < MIN_PROBES or timer() - start <= budget_s):
+        mid, probes = (lo + hi) // 2, probes + 1
         if wins(row_counts[mid]):
             crossover, lo = row_counts[mid], mid + 1
         else:

@@ -131,7 +131,8 @@ def test_the_crossover_is_the_last_row_count_before_the_quantized_products_lose(
     assert measure_crossover(pairs, inputs, (1, 2, 4), timer, budget_s=1e9) == 0
     cost["q"] = lambda rows: 1.0
     assert measure_crossover(pairs, inputs, (1, 2, 4, 8), timer, budget_s=1e9) == 8
-    assert measure_crossover(pairs, inputs, (1, 2, 4, 8), timer, budget_s=0.0) == 1  # the budget ends the search
+    # the budget ends the search after MIN_PROBES counts: 1, then 16 and 64 of the bisection
+    assert measure_crossover(pairs, inputs, (1, 2, 4, 8, 16, 32, 64, 128), timer, budget_s=0.0) == 64
 
 
 def test_a_burst_of_other_work_during_the_quantized_timings_does_not_end_the_search():
@@ -170,6 +171,22 @@ def test_the_search_bisects_so_that_a_small_budget_still_reaches_the_large_batch
     inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
     assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=40.0) == 24
     assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=1e9) == 24
+
+
+def test_a_bisection_step_lost_past_the_budget_does_not_leave_one_row():
+    """Losing the first bisection step (24 rows) spent the budget, and the search kept 1 row: float32 from batch 2
+    although the quantized products win up to 8; two bisection steps are timed whatever the budget."""
+    clock = [0.0]
+    cost = {"q": lambda rows: 1.0 + rows, "f": lambda rows: 12.0}  # the quantized lose from 11 rows
+
+    def product(kind):
+        def run(x):
+            clock[0] += cost[kind](x.shape[0])
+        return run
+
+    pairs = [(product("q"), product("f"))]
+    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=100.0) == 8
 
 
 def test_a_crossover_given_in_the_environment_is_used_as_it_is(tiny_model_path, monkeypatch):
