@@ -25,7 +25,7 @@ log = logging.getLogger("pdserve.engine")
 
 ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes, the first tried first, then bisected
 REPEATS = 3  # each timing is the best of this many runs
-CONFIRMATIONS = 2  # times a row count is measured before a loss of the quantized products ends the search
+CONFIRMATIONS = 2  # times the first row count is timed before a loss of the quantized products there counts
 BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy machine: about a second otherwise)
 # counts timed whatever the budget (the first and two bisection steps): on a busy machine one lost bisection step
 # could spend the budget and leave the crossover at one row, the float32 path from batch 2
@@ -51,15 +51,16 @@ def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[
     pair. Past ``budget_s`` no further count is tried once MIN_PROBES were.
 
     The two forms are timed interleaved (quantized, float32, float32, quantized, ...), each the best of ``repeats``,
-    so that a burst of other work on a shared machine slows both rather than one; and a count the quantized products
-    lose is timed once more before it ends the search, since a single loss to noise would otherwise send every
-    forward down the slower path for the life of the process."""
-    def wins(rows: int) -> bool:
+    so that a burst of other work on a shared machine slows both rather than one; and a loss at the first count is
+    timed once more before it counts, since a single loss to noise there would send every forward, batch 1 included,
+    down the slower path for the life of the process (a bisection step lost to noise costs less: a smaller crossover,
+    and timing each twice made a load on a busy machine take twice as long)."""
+    def wins(rows: int, tries: int = 1) -> bool:
         xs = inputs(rows)
-        return any(_quantized_wins(pairs, xs, timer, repeats) for _ in range(CONFIRMATIONS))
+        return any(_quantized_wins(pairs, xs, timer, repeats) for _ in range(tries))
 
     start = timer()
-    if not row_counts or not wins(row_counts[0]):
+    if not row_counts or not wins(row_counts[0], CONFIRMATIONS):
         return 0
     crossover, lo, hi = row_counts[0], 1, len(row_counts)  # row_counts[:lo] won, row_counts[hi:] lost
     probes = 1
