@@ -114,6 +114,35 @@ def test_forwards_up_to_the_crossover_use_the_quantized_matrices(quantized_runti
     assert calls == []
 
 
+def test_auto_runs_float32_where_the_forward_splits_whatever_the_crossover(quantized_runtime, monkeypatch):
+    """A forward whose attention runs on our two threads takes float32 on ``auto`` (numba's spinning threads measured
+    3.3-3.8x slower steps there); the same forward unsplit takes the quantized matrices; ``quantized`` forces them."""
+    model = quantized_runtime.model
+    calls = []
+    real_call = quantized_module.QuantizedMatrix.__call__
+
+    def counting(self, x, *args, **kwargs):
+        calls.append(x.shape[0])
+        return real_call(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(quantized_module.QuantizedMatrix, "__call__", counting)
+    monkeypatch.setattr(model, "crossover", 64)
+    caches = [model.new_kv() for _ in range(3)]
+    model.prefill(caches, [[5, 6, 7], [8], [9, 10]])
+    assert calls, "unsplit: quantized"
+    calls.clear()
+    monkeypatch.setattr(model, "_split_pays", lambda plan, rows: True)
+    model.decode_step(caches, [11, 12, 13])
+    assert calls == []
+    assert model.quantized_rows(3, split=True) is False and model.quantized_rows(3) is True
+    try:
+        model.weight_path = "quantized"
+        model.decode_step(caches, [14, 15, 16])
+        assert calls
+    finally:
+        model.weight_path = "auto"
+
+
 def test_the_crossover_is_the_last_row_count_before_the_quantized_products_lose():
     clock = [0.0]
     cost = {"q": lambda rows: 1.0 + rows, "f": lambda rows: 6.0 + 0.1 * rows}  # the quantized lose from 6 rows
