@@ -141,16 +141,17 @@ def decode_step_s(runtime: Runtime, batch: int, context: int, steps: int) -> flo
     return float(np.median(step_times))
 
 
-def path_label(runtime: Runtime, rows: int) -> tuple[str, str]:
+def path_label(runtime: Runtime, rows: int, split: bool = False) -> tuple[str, str]:
     """(the products' path a forward of ``rows`` rows runs, the row's label): ``auto`` resolves per forward to the
-    quantized matrices up to the crossover and float32 above, and its floor must be the floor of what ran."""
-    ran = "quantized" if runtime.model.quantized_rows(rows) else "float32"
+    quantized matrices up to the crossover (and where the forward does not split, ``split``) and float32 otherwise,
+    and its floor must be the floor of what ran."""
+    ran = "quantized" if runtime.model.quantized_rows(rows, split) else "float32"
     return ran, (f"auto:{ran[:5]}" if runtime.model.weight_path == "auto" else ran)
 
 
 def bench_decode(runtime: Runtime, machine: Machine, batch: int, context: int, steps: int) -> BenchRow:
     """One decode row on the runtime's current weight path and KV dtype."""
-    (ran, label), kv_dtype = path_label(runtime, batch), runtime.kv_dtype
+    (ran, label), kv_dtype = path_label(runtime, batch, runtime.model.decode_splits(batch, context)), runtime.kv_dtype
     step_s = decode_step_s(runtime, batch, context, steps)
     floor_s, bound = machine.floor_s(*ModelCost.of(runtime, ran, kv_dtype).decode(batch, context + steps // 2))
     return BenchRow("decode", batch, context, batch / step_s, batch / floor_s, bound, label, kv_dtype)
@@ -165,7 +166,7 @@ def bench_prefill(runtime: Runtime, machine: Machine, prompt_tokens: int, repeat
         return _timed(lambda: runtime.prefill([(seq, prompt_tokens)]))
 
     once()  # warm-up
-    (ran, label), kv_dtype = path_label(runtime, prompt_tokens), runtime.kv_dtype
+    (ran, label), kv_dtype = path_label(runtime, prompt_tokens, runtime.model.prefill_splits(prompt_tokens)), runtime.kv_dtype
     floor_s, bound = machine.floor_s(*ModelCost.of(runtime, ran, kv_dtype).prefill(prompt_tokens))
     return BenchRow("prefill", prompt_tokens, 0, prompt_tokens / _best_of(once, repeats), prompt_tokens / floor_s,
                     bound, label, kv_dtype)

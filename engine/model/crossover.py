@@ -4,7 +4,7 @@ A product with the quantized weights reads 4-8x fewer bytes than one with float3
 in compiled loops that unpack the weights and multiply-add at about half of BLAS's GEMM rate, while BLAS reuses each
 float32 weight across rows at full speed. So the quantized form wins for a few rows and loses for many; where it stops winning
 depends on the machine's bandwidth and arithmetic, its threads, and the model's shapes. :func:`measure_crossover`
-times one decode step's products (every layer's matrices and the head) both ways at growing row counts and returns
+times one decode step's products (every layer's matrices and the head) both ways at row counts chosen by bisection and returns
 the largest count at which the quantized ones were faster.
 """
 
@@ -23,9 +23,13 @@ from pdserve.engine.model.quantized import QuantizedWeights
 
 log = logging.getLogger("pdserve.engine")
 
-ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes tried, in order; the first loss ends the search
+ROW_COUNTS = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # batch sizes, the first tried first, then bisected
 REPEATS = 3  # each timing is the best of this many runs
+CONFIRMATIONS = 2  # times the first row count is timed before a loss of the quantized products there counts
 BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy machine: about a second otherwise)
+# counts timed whatever the budget (the first and two bisection steps): on a busy machine one lost bisection step
+# could spend the budget and leave the crossover at one row, the float32 path from batch 2
+MIN_PROBES = 3
 CROSSOVER_ENV = "PDSERVE_QUANT_CROSSOVER"  # a batch size here is used as it is, nothing measured
 _measured: dict[tuple, int] = {}  # per process: (model fingerprint, threads) -> crossover
 
@@ -39,30 +43,52 @@ def product_pairs(quantized: QuantizedWeights, dense: Iterable[np.ndarray], thre
 def measure_crossover(pairs: list[tuple[Callable, Callable]], inputs: Callable[[int], list[np.ndarray]],
                       row_counts: tuple[int, ...] = ROW_COUNTS, timer: Callable[[], float] = time.perf_counter,
                       repeats: int = REPEATS, budget_s: float = BUDGET_S) -> int:
-    """The largest row count in ``row_counts`` up to which every count ran the quantized products faster than the
-    float32 ones (0: not even one row). ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an
-    activation ``[rows, in]`` for each pair. Past ``budget_s`` no further count is tried."""
-    def best(products: list[Callable], xs: list[np.ndarray]) -> float:
-        times = []
-        for _ in range(repeats):
-            began = timer()
-            for product, x in zip(products, xs):
-                product(x)
-            times.append(timer() - began)
-        return min(times)
+    """The largest row count in ``row_counts`` at which the quantized products ran faster than the float32 ones (0:
+    not even the first), found by bisection after the first count: the quantized products' cost grows faster with
+    the rows than BLAS's, so once they lose they lose at every larger count, and bisection reaches the batches that
+    matter within the budget on a slow or busy machine, where trying every count in turn stopped at one or two.
+    ``pairs``: (quantized, float32) products of one step; ``inputs(rows)``: an activation ``[rows, in]`` for each
+    pair. Past ``budget_s`` no further count is tried once MIN_PROBES were.
+
+    The two forms are timed interleaved (quantized, float32, float32, quantized, ...), each the best of ``repeats``,
+    so that a burst of other work on a shared machine slows both rather than one; and a loss at the first count is
+    timed once more before it counts, since a single loss to noise there would send every forward, batch 1 included,
+    down the slower path for the life of the process (a bisection step lost to noise costs less: a smaller crossover,
+    and timing each twice made a load on a busy machine take twice as long)."""
+    def wins(rows: int, tries: int = 1) -> bool:
+        xs = inputs(rows)
+        return any(_quantized_wins(pairs, xs, timer, repeats) for _ in range(tries))
 
     start = timer()
-    crossover = 0
-    for rows in row_counts:
-        if timer() - start > budget_s:
-            break
-        xs = inputs(rows)
-        quantized = best([q for q, _ in pairs], xs)
-        dense = best([f for _, f in pairs], xs)
-        if quantized >= dense:
-            break
-        crossover = rows
+    if not row_counts or not wins(row_counts[0], CONFIRMATIONS):
+        return 0
+    crossover, lo, hi = row_counts[0], 1, len(row_counts)  # row_counts[:lo] won, row_counts[hi:] lost
+    probes = 1
+    while lo < hi and (probes < MIN_PROBES or timer() - start <= budget_s):
+        mid, probes = (lo + hi) // 2, probes + 1
+        if wins(row_counts[mid]):
+            crossover, lo = row_counts[mid], mid + 1
+        else:
+            hi = mid
     return crossover
+
+
+def _quantized_wins(pairs: list[tuple[Callable, Callable]], xs: list[np.ndarray], timer: Callable[[], float],
+                    repeats: int) -> bool:
+    """Whether the best of ``repeats`` quantized steps beat the best of as many float32 ones, timed interleaved."""
+    def step(products: list[Callable]) -> float:
+        began = timer()
+        for product, x in zip(products, xs):
+            product(x)
+        return timer() - began
+
+    quantized, dense = [q for q, _ in pairs], [f for _, f in pairs]
+    best = {"q": float("inf"), "f": float("inf")}
+    for i in range(repeats):
+        order = (("q", quantized), ("f", dense)) if i % 2 == 0 else (("f", dense), ("q", quantized))
+        for name, products in order:
+            best[name] = min(best[name], step(products))
+    return best["q"] < best["f"]
 
 
 def model_crossover(key: tuple, quantized: QuantizedWeights, dense: list[np.ndarray], threads: int) -> int:

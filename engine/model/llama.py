@@ -94,11 +94,23 @@ class LlamaModel:
         w = self.weights
         return [m for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)] + [w.output]
 
-    def quantized_rows(self, rows: int) -> bool:
-        """Whether a forward of ``rows`` rows runs the quantized matrices."""
+    def quantized_rows(self, rows: int, split: bool = False) -> bool:
+        """Whether a forward of ``rows`` rows runs the quantized matrices. ``split``: the forward runs its attention
+        and products on our two threads (:meth:`_split_pays`), where ``auto`` takes float32 whatever the crossover:
+        numba's threads, spinning after each quantized product, take the core that the attention's second half needs
+        (whole decode steps at context 512 measured 3.3-3.8x float32's time at batch 24 and 32, against 0.44x at
+        batch 8, which does not split), and the crossover times the products alone."""
         if self.weights.quantized is None or self.weight_path == "float32":
             return False
-        return self.weight_path == "quantized" or rows <= self.crossover
+        return self.weight_path == "quantized" or (rows <= self.crossover and not split)
+
+    def decode_splits(self, batch: int, context: int) -> bool:
+        """Whether a decode step of ``batch`` sequences of ``context`` cached tokens each, all in the slab, splits."""
+        return self._splits_decode(batch, np.full(batch, context + 1, dtype=np.int64))
+
+    def prefill_splits(self, tokens: int) -> bool:
+        """Whether a prefill of one prompt of ``tokens`` new tokens splits."""
+        return self.parallel.threads >= 2 and tokens >= MIN_SPLIT_ROWS
 
     def new_kv(self, capacity: int = 0, block_tokens: int = 16) -> SequenceKV:
         return SequenceKV(self.config, block_tokens=block_tokens, capacity=capacity, kv_dtype=self.kv_dtype)
@@ -133,7 +145,7 @@ class LlamaModel:
         plan = AttentionPlan.build(caches, [len(t) for t in new_tokens], slab, c.context_length)
         split = self._split_pays(plan, flat.size)
         with self.parallel.single_threaded_blas() if split else nullcontext():
-            return self._layers(plan, flat, split, self.quantized_rows(flat.size))
+            return self._layers(plan, flat, split, self.quantized_rows(flat.size, split))
 
     def _split_pays(self, plan: AttentionPlan, rows: int) -> bool:
         """Whether this forward runs its products on our own two threads (the decode attention too, where it is large
@@ -144,8 +156,11 @@ class LlamaModel:
         if self.parallel.threads < 2 or rows < MIN_SPLIT_ROWS:
             return False
         prefill = any(hi - lo > 1 for _, lo, hi in plan.singles)
-        return prefill or (plan.slab_rows.size > 0
-                           and self.decode_attention.splits(plan.lengths, self.config.n_kv_heads))
+        return prefill or (plan.slab_rows.size > 0 and self._splits_decode(rows, plan.lengths))
+
+    def _splits_decode(self, rows: int, lengths: np.ndarray) -> bool:
+        return (self.parallel.threads >= 2 and rows >= MIN_SPLIT_ROWS
+                and self.decode_attention.splits(lengths, self.config.n_kv_heads))
 
     def _layers(self, plan: AttentionPlan, flat: np.ndarray, split: bool, quantized: bool) -> np.ndarray:
         """The decoder over ``flat`` tokens; ``split``: every float32 product and the decode attention on both of

@@ -114,6 +114,35 @@ def test_forwards_up_to_the_crossover_use_the_quantized_matrices(quantized_runti
     assert calls == []
 
 
+def test_auto_runs_float32_where_the_forward_splits_whatever_the_crossover(quantized_runtime, monkeypatch):
+    """A forward whose attention runs on our two threads takes float32 on ``auto`` (numba's spinning threads measured
+    3.3-3.8x slower steps there); the same forward unsplit takes the quantized matrices; ``quantized`` forces them."""
+    model = quantized_runtime.model
+    calls = []
+    real_call = quantized_module.QuantizedMatrix.__call__
+
+    def counting(self, x, *args, **kwargs):
+        calls.append(x.shape[0])
+        return real_call(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(quantized_module.QuantizedMatrix, "__call__", counting)
+    monkeypatch.setattr(model, "crossover", 64)
+    caches = [model.new_kv() for _ in range(3)]
+    model.prefill(caches, [[5, 6, 7], [8], [9, 10]])
+    assert calls, "unsplit: quantized"
+    calls.clear()
+    monkeypatch.setattr(model, "_split_pays", lambda plan, rows: True)
+    model.decode_step(caches, [11, 12, 13])
+    assert calls == []
+    assert model.quantized_rows(3, split=True) is False and model.quantized_rows(3) is True
+    try:
+        model.weight_path = "quantized"
+        model.decode_step(caches, [14, 15, 16])
+        assert calls
+    finally:
+        model.weight_path = "auto"
+
+
 def test_the_crossover_is_the_last_row_count_before_the_quantized_products_lose():
     clock = [0.0]
     cost = {"q": lambda rows: 1.0 + rows, "f": lambda rows: 6.0 + 0.1 * rows}  # the quantized lose from 6 rows
@@ -131,7 +160,62 @@ def test_the_crossover_is_the_last_row_count_before_the_quantized_products_lose(
     assert measure_crossover(pairs, inputs, (1, 2, 4), timer, budget_s=1e9) == 0
     cost["q"] = lambda rows: 1.0
     assert measure_crossover(pairs, inputs, (1, 2, 4, 8), timer, budget_s=1e9) == 8
-    assert measure_crossover(pairs, inputs, (1, 2, 4, 8), timer, budget_s=0.0) == 1  # the budget ends the search
+    # the budget ends the search after MIN_PROBES counts: 1, then 16 and 64 of the bisection
+    assert measure_crossover(pairs, inputs, (1, 2, 4, 8, 16, 32, 64, 128), timer, budget_s=0.0) == 64
+
+
+def test_a_burst_of_other_work_during_the_quantized_timings_does_not_end_the_search():
+    """A burst that slows the next three products run (another process on a shared core) hits both forms when they
+    are timed interleaved; timed one form after the other it made all three quantized timings of one row lose, and
+    every forward of the process ran the slower float32 path."""
+    clock, burst = [0.0], [0]
+    cost = {"q": lambda rows: 1.0, "f": lambda rows: 4.0}
+
+    def product(kind):
+        def run(x):
+            clock[0] += cost[kind](x.shape[0]) + (100.0 if burst[0] > 0 else 0.0)
+            burst[0] -= 1
+        return run
+
+    pairs = [(product("q"), product("f"))]
+    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    burst[0] = 3  # the first three products of the search are slowed
+    assert measure_crossover(pairs, inputs, (1, 2, 4), lambda: clock[0], budget_s=1e9) == 4
+    burst[0] = 5  # all but the last product of the first timing of one row: that timing loses, its second one decides
+    assert measure_crossover(pairs, inputs, (1, 2, 4), lambda: clock[0], repeats=3, budget_s=1e9) == 4
+
+
+def test_the_search_bisects_so_that_a_small_budget_still_reaches_the_large_batches():
+    """Trying 1, 2, 4, ... in turn spent this budget by 4 rows and kept 4, though the quantized products win up to 24
+    (of ROW_COUNTS); bisecting after the first count reaches 24 within it."""
+    clock = [0.0]
+    cost = {"q": lambda rows: 1.0 + 0.1 * rows, "f": lambda rows: 4.0}  # the quantized lose from 30 rows
+
+    def product(kind):
+        def run(x):
+            clock[0] += cost[kind](x.shape[0])
+        return run
+
+    pairs = [(product("q"), product("f"))]
+    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=40.0) == 24
+    assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=1e9) == 24
+
+
+def test_a_bisection_step_lost_past_the_budget_does_not_leave_one_row():
+    """Losing the first bisection step (24 rows) spent the budget, and the search kept 1 row: float32 from batch 2
+    although the quantized products win up to 8; two bisection steps are timed whatever the budget."""
+    clock = [0.0]
+    cost = {"q": lambda rows: 1.0 + rows, "f": lambda rows: 12.0}  # the quantized lose from 11 rows
+
+    def product(kind):
+        def run(x):
+            clock[0] += cost[kind](x.shape[0])
+        return run
+
+    pairs = [(product("q"), product("f"))]
+    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=100.0) == 8
 
 
 def test_a_crossover_given_in_the_environment_is_used_as_it_is(tiny_model_path, monkeypatch):
