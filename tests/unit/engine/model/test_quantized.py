@@ -93,8 +93,9 @@ def test_the_model_on_quantized_weights_matches_its_float32_path(quantized_runti
     assert (quantized.argmax(axis=1) == dense.argmax(axis=1)).all()
 
 
-def test_forwards_up_to_the_crossover_use_the_quantized_matrices(quantized_runtime, monkeypatch):
-    model = quantized_runtime.model
+@pytest.fixture
+def quantized_calls(monkeypatch) -> list[int]:
+    """The row count of every quantized product run while the test runs."""
     calls = []
     real_call = quantized_module.QuantizedMatrix.__call__
 
@@ -103,6 +104,11 @@ def test_forwards_up_to_the_crossover_use_the_quantized_matrices(quantized_runti
         return real_call(self, x, *args, **kwargs)
 
     monkeypatch.setattr(quantized_module.QuantizedMatrix, "__call__", counting)
+    return calls
+
+
+def test_forwards_up_to_the_crossover_use_the_quantized_matrices(quantized_runtime, quantized_calls, monkeypatch):
+    model, calls = quantized_runtime.model, quantized_calls
     monkeypatch.setattr(model, "crossover", 2)
     caches = [model.new_kv() for _ in range(3)]
     model.prefill(caches, [[5, 6, 7], [8], [9, 10]])  # 6 rows: float32
@@ -114,18 +120,11 @@ def test_forwards_up_to_the_crossover_use_the_quantized_matrices(quantized_runti
     assert calls == []
 
 
-def test_auto_runs_float32_where_the_forward_splits_whatever_the_crossover(quantized_runtime, monkeypatch):
+def test_auto_runs_float32_where_the_forward_splits_whatever_the_crossover(quantized_runtime, quantized_calls,
+                                                                           monkeypatch):
     """A forward whose attention runs on our two threads takes float32 on ``auto`` (numba's spinning threads measured
     3.3-3.8x slower steps there); the same forward unsplit takes the quantized matrices; ``quantized`` forces them."""
-    model = quantized_runtime.model
-    calls = []
-    real_call = quantized_module.QuantizedMatrix.__call__
-
-    def counting(self, x, *args, **kwargs):
-        calls.append(x.shape[0])
-        return real_call(self, x, *args, **kwargs)
-
-    monkeypatch.setattr(quantized_module.QuantizedMatrix, "__call__", counting)
+    model, calls = quantized_runtime.model, quantized_calls
     monkeypatch.setattr(model, "crossover", 64)
     caches = [model.new_kv() for _ in range(3)]
     model.prefill(caches, [[5, 6, 7], [8], [9, 10]])
