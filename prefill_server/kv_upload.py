@@ -1,9 +1,9 @@
 """Storing a prompt's KV blocks while the prompt is still being computed.
 
 A prompt is computed in forwards (a step's chunks, cut to the worker's compute chunk). As each forward ends, the
-blocks it completed are exported and Put in the background (leased for decode), while the next forward computes; the
-forward that completes the prompt starts the Put of the rest, partial tail included, at once, while the other
-prompts of its step still compute (the chunk-wise form of the layer-wise transfer of Mooncake and vLLM's KV
+blocks it completed are exported and Put in the background (leased for decode), while the next forward computes; a
+forward that completes a prompt before its step's last starts the Put of the rest, partial tail included, at once,
+while the other prompts of the step still compute (the chunk-wise form of the layer-wise transfer of Mooncake and vLLM's KV
 connectors). A later forward never writes the positions of an earlier block, so exporting a finished block beside
 the running forward is safe.
 """
@@ -58,12 +58,13 @@ class BlockUploader:
         async with self.turns:
             await self.kv_client.put(blocks, self.lease.lease_id, self.lease.ttl_s)
 
-    def chunk_done(self) -> None:
-        """A forward over this prompt ended: start storing the blocks it completed, or, once the whole prompt is in
-        the cache, the rest with the partial tail, in one Put."""
+    def chunk_done(self, step_goes_on: bool = False) -> None:
+        """A forward over this prompt ended: start storing the blocks it completed. Once the whole prompt is in the
+        cache, the rest (with the partial tail) starts here only while the step still has forwards to compute, which
+        its Put then overlaps; after the step's last forward :meth:`finish` stores it."""
         if self.seq.kv.length < len(self.seq.prompt_ids):
             self._put(self._export_ready())
-        else:
+        elif step_goes_on:
             self._put_rest()
 
     def _put_rest(self) -> None:

@@ -57,7 +57,8 @@ class Job:
     decode_modeled_s: float = 0.0  # modeled time of the decode steps (and recomputation) it was part of
     last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
     last_token_modeled_s: float = 0.0
-    on_prefill_chunk: Callable[[], object] | None = None  # after each prompt chunk's step (e.g. store its KV blocks)
+    # after each forward over its prompt, told whether the step computes more (e.g. store its KV blocks meanwhile)
+    on_prefill_chunk: Callable[[bool], object] | None = None
 
     @property
     def queue_wall_s(self) -> float:
@@ -213,7 +214,8 @@ class Worker:
         chunks = step.prefills
         seqs = [seq for seq, _ in chunks]
         results: dict[int, StepResult | None] = {}
-        for piece in compute_pieces(chunks, self.compute_chunk_tokens):
+        pieces = compute_pieces(chunks, self.compute_chunk_tokens)
+        for i, piece in enumerate(pieces):
             out = await self._execute(lambda piece=piece: self.runtime.prefill(piece), seqs)
             if out is None:
                 step.prefills = []
@@ -224,7 +226,7 @@ class Worker:
                 results[id(seq)] = result
                 job = self._jobs.get(id(seq))  # before any pacing sleep: the KV of this piece can move now
                 if job is not None and job.on_prefill_chunk is not None:
-                    job.on_prefill_chunk()
+                    job.on_prefill_chunk(i < len(pieces) - 1)
         return [results[id(seq)] for seq in seqs]
 
     async def _decode_phase(self, step: Step) -> list[StepResult]:

@@ -62,7 +62,7 @@ def test_image_runs_as_non_root_with_the_model_baked_in_and_a_grpc_health_check(
     user, health, entrypoint = inspect.strip().split("|")
     assert user == "10001" and "pdserve.common.healthcheck" in health and entrypoint == '["python","-m"]'
     out = run(["podman", "run", "--rm", "--entrypoint", "python", IMAGE, "-c",
-               "import os; from engine.default_model import default_model_path as p; print(os.getuid(), p())"],
+               "import os; from pdserve.engine.model.default_model import default_model_path as p; print(os.getuid(), p())"],
               image_env).stdout
     uid, model = out.split()
     assert uid == "10001" and model.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -143,5 +143,6 @@ def test_compose_stack_serves_and_is_scraped(image_env):
         if extra:
             run(["podman", "rm", "-f", "-t", "10", "--depend", *extra], env, check=False)
         run(["podman", "network", "rm", "-f", f"{project}_default"], env, check=False)
+        run(["podman", "volume", "rm", "-f", f"{project}_identities", f"{project}_prometheus-data"], env, check=False)
         left = run(["podman", "ps", "-aq", "--filter", label], env).stdout
         assert not left.strip(), f"containers left behind: {left}"

@@ -78,3 +78,29 @@ def test_a_workers_uploaders_store_one_request_at_a_time_in_order(tiny_runtime):
 
     asyncio.run(scenario())
     assert kv.events == [(edge, f"lease-{i}") for i in range(3) for edge in ("start", "end")]
+
+
+def test_a_prompt_done_before_its_steps_last_forward_stores_its_rest_at_once(tiny_runtime):
+    """The forward that completes a prompt while the step computes more starts the Put of its last blocks and tail
+    (overlapping the step's later forwards); after the step's last forward the rest waits for finish()."""
+    prompt = list(range(3, 43))  # 40 tokens: 2 full blocks and a tail of 8
+    keys = block_keys(prompt, tiny_runtime.config.fingerprint, tiny_runtime.block_tokens)
+
+    def calls_after_the_forward(step_goes_on: bool) -> list[list[str]]:
+        kv = RecordingKV()
+        seq = tiny_runtime.new_sequence(prompt, PARAMS, f"r{step_goes_on}")
+
+        async def scenario():
+            uploader = BlockUploader(kv, LocalPrefixCache(1 << 24), seq, keys, 0, KVLease(kv, "lease", 30.0))
+            tiny_runtime.prefill([(seq, len(prompt))])
+            uploader.chunk_done(step_goes_on)
+            await asyncio.sleep(0)
+            before_finish = list(kv.calls)
+            await uploader.finish()
+            return before_finish, uploader.puts
+
+        return asyncio.run(scenario())
+
+    (early, puts), (late, late_puts) = calls_after_the_forward(True), calls_after_the_forward(False)
+    assert len(early) == 1 and early[0][:2] == keys and puts == 1  # all of it, at once, before finish()
+    assert late == [] and late_puts == 1

@@ -258,11 +258,11 @@ def test_a_step_computes_in_forwards_whose_kv_can_move_before_the_step_ends(tiny
     def first_tokens(worker):
         async def scenario():
             loop = asyncio.create_task(worker.run())
-            told: list[tuple[int, int]] = []  # (request, forwards run when told)
+            told: list[tuple[int, int, bool]] = []  # (request, forwards run when told, whether the step goes on)
             jobs = []
             for i, p in enumerate(prompts):
                 job = worker.submit(tiny_runtime.new_sequence(p, greedy))
-                job.on_prefill_chunk = lambda i=i: told.append((i, worker.forwards))
+                job.on_prefill_chunk = lambda more, i=i: told.append((i, worker.forwards, more))
                 jobs.append(job)
             events = [await job.events.get() for job in jobs]
             loop.cancel()
@@ -275,6 +275,7 @@ def test_a_step_computes_in_forwards_whose_kv_can_move_before_the_step_ends(tiny
 
     told, tokens, modeled = first_tokens(worker_of(32))
     whole_told, whole_tokens, whole_modeled = first_tokens(worker_of(4096))
-    assert told == [(0, 1), (0, 2), (1, 2), (1, 3), (2, 3), (2, 4)]  # 40 tokens cross forwards 1-2, 2-3, 3-4
-    assert whole_told == [(0, 1), (1, 1), (2, 1)]
+    # 40 tokens cross forwards 1-2, 2-3, 3-4; the first two prompts end before the step's last forward
+    assert told == [(0, 1, True), (0, 2, True), (1, 2, True), (1, 3, True), (2, 3, True), (2, 4, False)]
+    assert whole_told == [(0, 1, False), (1, 1, False), (2, 1, False)]
     assert tokens == whole_tokens and modeled == whole_modeled
