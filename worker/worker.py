@@ -57,8 +57,7 @@ class Job:
     decode_modeled_s: float = 0.0  # modeled time of the decode steps (and recomputation) it was part of
     last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
     last_token_modeled_s: float = 0.0
-    # after each forward over its prompt, told whether the step computes more (e.g. store its KV blocks meanwhile)
-    on_prefill_chunk: Callable[[bool], object] | None = None
+    on_prefill_chunk: Callable[[bool], object] | None = None  # after each forward over its prompt: does the step go on
 
     @property
     def queue_wall_s(self) -> float:

@@ -142,17 +142,21 @@ def test_auto_runs_float32_where_the_forward_splits_whatever_the_crossover(quant
         model.weight_path = "auto"
 
 
-def test_the_crossover_is_the_last_row_count_before_the_quantized_products_lose():
-    clock = [0.0]
-    cost = {"q": lambda rows: 1.0 + rows, "f": lambda rows: 6.0 + 0.1 * rows}  # the quantized lose from 6 rows
-
+def simulated_products(cost: dict, clock: list[float]):
+    """One (quantized, float32) product pair whose runs advance ``clock`` by ``cost[kind](rows)`` instead of
+    computing (``cost`` is read at each run: a test may change it), and the inputs ``measure_crossover`` gives them."""
     def product(kind):
         def run(x):
             clock[0] += cost[kind](x.shape[0])
         return run
 
-    pairs = [(product("q"), product("f"))]
-    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    return [(product("q"), product("f"))], lambda rows: [np.zeros((rows, 4), np.float32)]
+
+
+def test_the_crossover_is_the_last_row_count_before_the_quantized_products_lose():
+    clock = [0.0]
+    cost = {"q": lambda rows: 1.0 + rows, "f": lambda rows: 6.0 + 0.1 * rows}  # the quantized lose from 6 rows
+    pairs, inputs = simulated_products(cost, clock)
     timer = lambda: clock[0]  # noqa: E731
     assert measure_crossover(pairs, inputs, (1, 2, 4, 8, 16), timer, budget_s=1e9) == 4
     cost["q"] = lambda rows: 100.0  # slower even for one row: never quantized
@@ -189,14 +193,7 @@ def test_the_search_bisects_so_that_a_small_budget_still_reaches_the_large_batch
     (of ROW_COUNTS); bisecting after the first count reaches 24 within it."""
     clock = [0.0]
     cost = {"q": lambda rows: 1.0 + 0.1 * rows, "f": lambda rows: 4.0}  # the quantized lose from 30 rows
-
-    def product(kind):
-        def run(x):
-            clock[0] += cost[kind](x.shape[0])
-        return run
-
-    pairs = [(product("q"), product("f"))]
-    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    pairs, inputs = simulated_products(cost, clock)
     assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=40.0) == 24
     assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=1e9) == 24
 
@@ -206,14 +203,7 @@ def test_a_bisection_step_lost_past_the_budget_does_not_leave_one_row():
     although the quantized products win up to 8; two bisection steps are timed whatever the budget."""
     clock = [0.0]
     cost = {"q": lambda rows: 1.0 + rows, "f": lambda rows: 12.0}  # the quantized lose from 11 rows
-
-    def product(kind):
-        def run(x):
-            clock[0] += cost[kind](x.shape[0])
-        return run
-
-    pairs = [(product("q"), product("f"))]
-    inputs = lambda rows: [np.zeros((rows, 4), np.float32)]  # noqa: E731
+    pairs, inputs = simulated_products(cost, clock)
     assert measure_crossover(pairs, inputs, timer=lambda: clock[0], budget_s=100.0) == 8
 
 
