@@ -14,12 +14,12 @@ import grpc
 
 from pdserve.v1 import common_pb2, router_pb2, router_pb2_grpc
 
-TTFT_S = 0.20
-ITL_S = 0.05
+TTFT_S = 0.10
+ITL_S = 0.025
 TOKENS = 5
 PROMPT_TOKENS = 40
 CACHED_TOKENS = 16
-MODELED = {"ttft_modeled_s": 0.123, "tpot_modeled_s": 0.0045, "e2e_modeled_s": 0.141, "queue_modeled_s": 0.0}
+MODELED = {"ttft_modeled_s": 0.062, "tpot_modeled_s": 0.0045, "e2e_modeled_s": 0.080, "queue_modeled_s": 0.0}
 VOCAB = 1000
 
 
@@ -108,5 +108,5 @@ class _OpenAIHandler(BaseHTTPRequestHandler):
 def start_fake_openai() -> tuple[ThreadingHTTPServer, str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIHandler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -4,6 +4,7 @@ counts, module-level or inside a function, since a deferred import is still a de
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,17 @@ FOLDERS = package_folders()
 PACKAGES = list(FOLDERS)
 
 
+@functools.cache
+def import_nodes(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """One file's import statements (each file parsed once for all the tests)."""
+    return [n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
 def imports_of(package: str) -> set[str]:
     """The pdserve packages that modules of ``package`` import."""
     found: set[str] = set()
     for path in FOLDERS[package].rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in import_nodes(path):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
             for name in names:
@@ -30,7 +37,10 @@ def imports_of(package: str) -> set[str]:
     return found
 
 
-GRAPH = {p: imports_of(p) - GENERATED for p in PACKAGES}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """The package graph, parsed when a test first asks (not while pytest collects, on every xdist worker)."""
+    return {p: imports_of(p) - GENERATED for p in PACKAGES}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -73,12 +83,12 @@ def test_every_package_on_disk_is_installed():
         for init in folder.rglob("__init__.py"):
             dotted = ".".join(["pdserve", name, *init.parent.relative_to(folder).parts])
             assert dotted in listed, f"{init.parent} is missing from pyproject.toml's packages"
-    unknown = {dep for deps in GRAPH.values() for dep in deps} - set(PACKAGES)
+    unknown = {dep for deps in graph().values() for dep in deps} - set(PACKAGES)
     assert not unknown, f"imports of packages that do not exist: {unknown}"
 
 
 def test_no_package_import_cycles():
-    assert cycles(GRAPH) == []
+    assert cycles(graph()) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -87,11 +97,11 @@ def test_the_cycle_finder_finds_a_cycle():
 
 @pytest.mark.parametrize("leaf", ["engine", "perfmodel"])
 def test_engine_and_perfmodel_import_nothing_else_of_pdserve(leaf):
-    assert GRAPH[leaf] == set()
+    assert graph()[leaf] == set()
 
 
 def test_common_imports_no_service():
-    assert GRAPH["common"] <= {"engine", "perfmodel"}
+    assert graph()["common"] <= {"engine", "perfmodel"}
 
 
 def test_only_commons_scheduling_needs_the_performance_model():
@@ -105,7 +115,7 @@ def test_only_commons_scheduling_needs_the_performance_model():
 def test_services_do_not_import_each_other():
     services = {"router", "prefill_server", "decode_server", "openai_server"}
     for service in services:
-        assert not GRAPH[service] & (services - {service}), service
+        assert not graph()[service] & (services - {service}), service
 
 
 def _is_module(dotted: str) -> bool:
@@ -119,7 +129,7 @@ def _is_module(dotted: str) -> bool:
 def _module_imports(path: Path) -> set[str]:
     """The dotted pdserve modules one file imports (``from a.b import c`` counts ``a.b.c`` when c is a module)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in import_nodes(path):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

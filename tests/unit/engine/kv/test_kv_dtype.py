@@ -1,7 +1,6 @@
 """The 16-bit KV cache: exact conversions, half the bytes in blocks, blocks of another dtype refused, attention in
 float32 over the rounded values, and the model's outputs on it."""
 
-import ml_dtypes
 import numpy as np
 import pytest
 from numba import njit
@@ -36,6 +35,8 @@ def test_compiled_conversions_equal_numpys_casts_bit_for_bit():
     with np.errstate(over="ignore"):
         _round_trip(x, halves, bfloats, back_half, back_bfloat)
         want_half = x.astype(np.float16)
+    import ml_dtypes  # here, not at collection: its import costs every xdist worker ~0.7 s
+
     want_bfloat = x.astype(ml_dtypes.bfloat16)
     assert (halves == want_half.view(np.uint16)).all()
     assert (bfloats == want_bfloat.view(np.int16)).all()
