@@ -14,12 +14,12 @@ import grpc
 
 from pdserve.v1 import common_pb2, router_pb2, router_pb2_grpc
 
-TTFT_S = 0.10
-ITL_S = 0.025
+TTFT_S = 0.20
+ITL_S = 0.05
 TOKENS = 5
 PROMPT_TOKENS = 40
 CACHED_TOKENS = 16
-MODELED = {"ttft_modeled_s": 0.062, "tpot_modeled_s": 0.0045, "e2e_modeled_s": 0.080, "queue_modeled_s": 0.0}
+MODELED = {"ttft_modeled_s": 0.123, "tpot_modeled_s": 0.0045, "e2e_modeled_s": 0.141, "queue_modeled_s": 0.0}
 VOCAB = 1000
 
 

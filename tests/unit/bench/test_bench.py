@@ -2,7 +2,7 @@
 
 The fakes (tests/bench_fakes.py) answer after TTFT_S, then ITL_S between tokens; the measured figures must equal
 those delays up to the cost of a loopback round trip: bounded below exactly, above by half the delay again (room for
-a loaded 2-core machine; a wrong definition, e.g. TPOT as e2e / tokens = 40 ms instead of 25 ms, still fails).
+a loaded 2-core machine; a wrong definition, e.g. TPOT as e2e / tokens = 80 ms instead of 50 ms, still fails).
 Modeled figures come from the final chunk and must match exactly.
 """
 
@@ -150,14 +150,14 @@ def test_grpc_backend_reports_the_fake_routers_delays(fake_router):
     requests += [ds.BenchRequest(output_len=5, prompt="please FAIL")] * 2
     spec = LoadSpec(max_concurrency=2, progress=False)
     result = _run(lambda: GrpcBackend(fake_router), requests, spec)
-    # SLOs between the wall TTFT (100 ms) and the modeled TTFT (62 ms): good in one clock only
-    s = summarize(result, (50.0, 99.0), parse_goodput(["ttft:80"]))
+    # SLOs between the wall TTFT (200 ms) and the modeled TTFT (123 ms): good in one clock only
+    s = summarize(result, (50.0, 99.0), parse_goodput(["ttft:150"]))
     _check_known_delays(s, 6)
     assert s["failed"] == 2
     assert s["errors_by_status"] == [{"status": "RESOURCE_EXHAUSTED", "message": "fake queue is full", "count": 2}]
     assert s["request_goodput"] == 0.0
     assert s["modeled_request_goodput"] == pytest.approx(s["modeled_request_throughput"])
-    # six requests of 80 modeled ms, two at a time: three rounds
+    # six requests of 141 modeled ms, two at a time: three rounds
     assert s["modeled_duration"] == pytest.approx(3 * fake.MODELED["e2e_modeled_s"])
     assert s["request_throughput"] == pytest.approx(6 / s["duration"])
     block = format_result(s, percentiles=(50.0, 99.0))
