@@ -144,8 +144,11 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"decode {exc}")
 
     async def _decode(self, seq: Sequence, request, context):
-        fetch_s = transfer_modeled_s = 0.0
-        if not request.colocated:
+        fetch_s = transfer_modeled_s = frontend_s = 0.0
+        if request.colocated:
+            if not request.resume_ids:  # the first worker the request reaches (a resumed one passed its front end)
+                frontend_s = await self.worker.clock.pace_frontend()
+        else:
             try:
                 fetch_s, transfer_modeled_s = await self.imports.take(seq, request.kv)
             except KV_ERRORS as exc:
@@ -174,6 +177,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 chunk = decode_pb2.DecodeChunk(step=token_step(token_ids, result))
                 if first_chunk:
                     self._first_chunk_timings(chunk, job, fetch_s, transfer_modeled_s)
+                    chunk.frontend_modeled_s = frontend_s
                     if first_from_decode:
                         first_step_s = job.decode_modeled_s
                         chunk.queue_modeled_s += first_step_s

@@ -83,6 +83,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         uploader: BlockUploader | None = None
         try:
             async with lease:  # released if anything below fails; handed over to decode with the reply
+                frontend_s = await self.worker.clock.pace_frontend()
                 io_start = time.perf_counter()
                 stored_prefix, reused = await self._reuse_prefix(seq, keys, lease)
                 io_s = time.perf_counter() - io_start
@@ -127,7 +128,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             first=token_step(token_ids, first), forks=[token_step(f.output_ids, f.first_result) for f in seq.forks],
             kv=handle, cached_tokens=cached, queue_wall_s=job.queue_wall_s,
             compute_wall_s=job.compute_wall_s, kv_store_wall_s=io_s, modeled_s=job.prefill_modeled_s,
-            queue_modeled_s=job.queue_modeled_s)
+            queue_modeled_s=job.queue_modeled_s, frontend_modeled_s=frontend_s)
 
     async def _reuse_prefix(self, seq: Sequence, keys: list[str], lease: KVLease) -> tuple[int, int]:
         """Lease what the kvstore already holds and load the reusable leading blocks into ``seq``'s cache.

@@ -47,6 +47,7 @@ class RequestState:
     lease: KVLease | None = None  # the router's hold on the sample's KV, until a decode worker has taken it
     finish_reason: str = ""  # set once the sample's last chunk went out
     # modeled clock, as reported by the workers
+    frontend_modeled_s: float = 0.0  # the modeled deployment's front end before the prompt's worker admitted it
     queue_modeled_s: float = 0.0
     prefill_modeled_s: float = 0.0
     kv_transfer_modeled_s: float = 0.0
@@ -57,6 +58,7 @@ class RequestState:
         self.cached_tokens = reply.cached_tokens
         self.queue_wall_s = self.prefill_queue_wall_s = reply.queue_wall_s
         self.kv_store_wall_s = reply.kv_store_wall_s
+        self.frontend_modeled_s = reply.frontend_modeled_s
         self.queue_modeled_s = reply.queue_modeled_s
         self.prefill_modeled_s = reply.modeled_s
 
@@ -71,7 +73,8 @@ class RequestState:
         self.queue_wall_s += chunk.queue_wall_s
         self.kv_transfer_modeled_s += chunk.kv_transfer_modeled_s
         self.decode_modeled_s += chunk.decode_modeled_s
-        if self.colocated:  # the decode worker's queue and prefill come before the first token
+        if self.colocated:  # the decode worker's front end, queue and prefill come before the first token
+            self.frontend_modeled_s += chunk.frontend_modeled_s
             self.queue_modeled_s += chunk.queue_modeled_s
             self.prefill_modeled_s += chunk.prefill_modeled_s
         else:
@@ -96,7 +99,8 @@ class RequestState:
         tpot = (e2e - ttft) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
         # the modeled engines' first token reaches the client from the decode side, after the hand-off and the
         # decode's admission (SGLang's decode server, vLLM's proxy): the simulator counts it so (sim/cluster.py)
-        ttft_m = self.queue_modeled_s + self.prefill_modeled_s + self.kv_transfer_modeled_s + self.decode_wait_modeled_s
+        ttft_m = (self.frontend_modeled_s + self.queue_modeled_s + self.prefill_modeled_s + self.kv_transfer_modeled_s
+                  + self.decode_wait_modeled_s)
         e2e_m = ttft_m + self.decode_modeled_s
         tpot_m = (e2e_m - ttft_m) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
         return common_pb2.Timings(
@@ -104,7 +108,7 @@ class RequestState:
             kv_handoff_wall_s=self.kv_store_wall_s + self.kv_fetch_wall_s, kv_store_wall_s=self.kv_store_wall_s,
             kv_fetch_wall_s=self.kv_fetch_wall_s, queue_modeled_s=self.queue_modeled_s + self.decode_wait_modeled_s,
             ttft_modeled_s=ttft_m, tpot_modeled_s=tpot_m, e2e_modeled_s=e2e_m,
-            kv_transfer_modeled_s=self.kv_transfer_modeled_s)
+            kv_transfer_modeled_s=self.kv_transfer_modeled_s, frontend_modeled_s=self.frontend_modeled_s)
 
     def usage(self) -> common_pb2.Usage:
         return total_usage([self])

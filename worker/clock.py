@@ -85,6 +85,15 @@ class StepClock:
         microsecond: perfmodel/handoff.py)."""
         return self.handoff.seconds(tokens, self.auto_link if link == "auto" else link, self.chunk_tokens)
 
+    async def pace_frontend(self) -> float:
+        """The modeled deployment's per-request front end (its software's fitted HTTP, tokenization and scheduler
+        hops), spent before a request reaches this worker's scheduler, as the simulator admits it (sim/cluster.py);
+        when pacing, the request waits it out. Returns the modeled seconds."""
+        modeled = self.timing.overheads.request_overhead_s
+        if self.pace == "realtime" and modeled > 0:
+            await asyncio.sleep(modeled * self.time_scale)
+        return modeled
+
     async def pace_transfer(self, tokens: int, link: str, wall_s: float) -> float:
         """Modeled KV hand-off of ``tokens`` tokens; when pacing, the hand-off lasts at least its budget."""
         modeled = self.handoff_seconds(tokens, link)

@@ -53,8 +53,10 @@ class Job:
     arrived_modeled_s: float = 0.0  # the worker's modeled busy clock at arrival
     queue_modeled_s: float = 0.0
     compute_wall_s: float = 0.0  # wall time of the prefill steps it was part of
-    prefill_modeled_s: float = 0.0  # modeled time of the prompt steps it was part of
-    decode_modeled_s: float = 0.0  # modeled time of the decode steps (and recomputation) it was part of
+    # the worker's modeled clock from its first step to its first token, and from there to its last (every step counts
+    # while it is scheduled: one it waits through, another prompt's, delays it as much as one it is in)
+    prefill_modeled_s: float = 0.0
+    decode_modeled_s: float = 0.0
     last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
     last_token_modeled_s: float = 0.0
     on_prefill_chunk: Callable[[bool], object] | None = None  # after each forward over its prompt: does the step go on
@@ -185,7 +187,8 @@ class Worker:
     async def _compute(self, step: Step) -> StepOutput:
         started = time.perf_counter()  # the paced budget covers the whole iteration, scheduling included
         self._note_scheduled(step, started)
-        fresh = [not seq.output_ids for seq, _ in step.prefills]  # a recomputed sequence already has output
+        # the scheduled requests, and whether each had its first token before this step (the step samples the next)
+        had_output = {key: bool(job.seq.output_ids) for key, job in self._jobs.items() if job.scheduled_at is not None}
         output = StepOutput()
         self._stepping = True  # from here the step holds its sequences: a cancel waits for it, even during pricing
         try:
@@ -201,7 +204,7 @@ class Worker:
                 phase = "mixed" if step.prefills and step.decodes else "prefill" if step.prefills else "decode"
                 timing = await self.clock.finish_step(phase, started, modeled,
                                                       sum(n for _, n in step.prefills) + len(step.decodes))
-                self._account(step, fresh, modeled, timing.wall_s)
+                self._account(step, had_output, modeled, timing.wall_s)
         finally:
             self._stepping = False
         return output
@@ -235,21 +238,22 @@ class Worker:
             return []
         return results
 
-    def _account(self, step: Step, fresh: list[bool], modeled: float, wall: float) -> None:
-        """Each request's share of the step in both clocks: its own prompt's steps are prefill, the rest decode."""
-        for (seq, _), is_fresh in zip(step.prefills, fresh):
-            job = self._jobs.get(id(seq))
-            if job is None:
-                continue
-            job.compute_wall_s += wall
-            if is_fresh:
-                job.prefill_modeled_s += modeled
-            else:  # recomputation delays this sequence's next token: decode time
-                job.decode_modeled_s += modeled
-        for seq in step.decodes:
+    def _account(self, step: Step, had_output: dict[int, bool], modeled: float, wall: float) -> None:
+        """The step in both clocks: the wall time of the prompts it computed, and its modeled time to every request
+        scheduled so far (the simulator's clock runs for all of them alike): prefill time until a request has its
+        first token, decode time after (a recomputed prompt delays the next token)."""
+        for seq, _ in step.prefills:
             job = self._jobs.get(id(seq))
             if job is not None:
+                job.compute_wall_s += wall
+        for key, decoding in had_output.items():
+            job = self._jobs.get(key)
+            if job is None:
+                continue  # cancelled during the step
+            if decoding:
                 job.decode_modeled_s += modeled
+            else:
+                job.prefill_modeled_s += modeled
 
     async def _execute(self, work: Callable[[], list], seqs: list[Sequence]) -> list | None:
         """Run one phase's numpy work off the event loop.

@@ -34,11 +34,11 @@ def workload(n: int, input_len: tuple[int, int], output_len: tuple[int, int], se
 
 
 def simulated(requests, rate: float, max_concurrency: int | None, seed: int, deployment: str = "") -> dict:
-    """The emulator has no modeled front end (its requests reach the workers' schedulers directly), so neither has
-    the simulator here."""
+    """Both sides model the software's per-request front end before the prefill worker's scheduler (the emulator's
+    prefill workers pace it: worker/clock.py)."""
     offsets = list(itertools.islice(arrival_stream(rate, 1.0, seed), len(requests)))
     d = parse_deployment(deployment)
-    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, d, 1), Pool(SchedulerRole.DECODE, d, 1)], frontend=False)
+    spec = ClusterSpec([Pool(SchedulerRole.PREFILL, d, 1), Pool(SchedulerRole.DECODE, d, 1)])
     result = Cluster(spec).run([SimRequest(r.token_ids, r.output_len) for r in requests], offsets, max_concurrency)
     s = summary(result, max_concurrency, rate=rate, seed=seed)
     return s | {"mean_kv_transfer_ms": s["modeled_mean_kv_transfer_ms"]}

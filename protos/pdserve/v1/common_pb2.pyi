@@ -133,7 +133,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
 
 class Timings(_message.Message):
-    __slots__ = ("queue_wall_s", "ttft_wall_s", "tpot_wall_s", "e2e_wall_s", "kv_handoff_wall_s", "queue_modeled_s", "ttft_modeled_s", "tpot_modeled_s", "e2e_modeled_s", "kv_transfer_modeled_s", "kv_store_wall_s", "kv_fetch_wall_s")
+    __slots__ = ("queue_wall_s", "ttft_wall_s", "tpot_wall_s", "e2e_wall_s", "kv_handoff_wall_s", "queue_modeled_s", "ttft_modeled_s", "tpot_modeled_s", "e2e_modeled_s", "kv_transfer_modeled_s", "kv_store_wall_s", "kv_fetch_wall_s", "frontend_modeled_s")
     QUEUE_WALL_S_FIELD_NUMBER: _ClassVar[int]
     TTFT_WALL_S_FIELD_NUMBER: _ClassVar[int]
     TPOT_WALL_S_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class Timings(_message.Message):
     KV_TRANSFER_MODELED_S_FIELD_NUMBER: _ClassVar[int]
     KV_STORE_WALL_S_FIELD_NUMBER: _ClassVar[int]
     KV_FETCH_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    FRONTEND_MODELED_S_FIELD_NUMBER: _ClassVar[int]
     queue_wall_s: float
     ttft_wall_s: float
     tpot_wall_s: float
@@ -158,7 +159,8 @@ class Timings(_message.Message):
     kv_transfer_modeled_s: float
     kv_store_wall_s: float
     kv_fetch_wall_s: float
-    def __init__(self, queue_wall_s: _Optional[float] = ..., ttft_wall_s: _Optional[float] = ..., tpot_wall_s: _Optional[float] = ..., e2e_wall_s: _Optional[float] = ..., kv_handoff_wall_s: _Optional[float] = ..., queue_modeled_s: _Optional[float] = ..., ttft_modeled_s: _Optional[float] = ..., tpot_modeled_s: _Optional[float] = ..., e2e_modeled_s: _Optional[float] = ..., kv_transfer_modeled_s: _Optional[float] = ..., kv_store_wall_s: _Optional[float] = ..., kv_fetch_wall_s: _Optional[float] = ...) -> None: ...
+    frontend_modeled_s: float
+    def __init__(self, queue_wall_s: _Optional[float] = ..., ttft_wall_s: _Optional[float] = ..., tpot_wall_s: _Optional[float] = ..., e2e_wall_s: _Optional[float] = ..., kv_handoff_wall_s: _Optional[float] = ..., queue_modeled_s: _Optional[float] = ..., ttft_modeled_s: _Optional[float] = ..., tpot_modeled_s: _Optional[float] = ..., e2e_modeled_s: _Optional[float] = ..., kv_transfer_modeled_s: _Optional[float] = ..., kv_store_wall_s: _Optional[float] = ..., kv_fetch_wall_s: _Optional[float] = ..., frontend_modeled_s: _Optional[float] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ()

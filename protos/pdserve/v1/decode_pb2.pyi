@@ -42,7 +42,7 @@ class PrefetchResponse(_message.Message):
     def __init__(self, token_count: _Optional[int] = ..., fetch_wall_s: _Optional[float] = ...) -> None: ...
 
 class DecodeChunk(_message.Message):
-    __slots__ = ("step", "kv_fetch_wall_s", "kv_transfer_modeled_s", "queue_wall_s", "decode_modeled_s", "queue_modeled_s", "prefill_modeled_s")
+    __slots__ = ("step", "kv_fetch_wall_s", "kv_transfer_modeled_s", "queue_wall_s", "decode_modeled_s", "queue_modeled_s", "prefill_modeled_s", "frontend_modeled_s")
     STEP_FIELD_NUMBER: _ClassVar[int]
     KV_FETCH_WALL_S_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFER_MODELED_S_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class DecodeChunk(_message.Message):
     DECODE_MODELED_S_FIELD_NUMBER: _ClassVar[int]
     QUEUE_MODELED_S_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MODELED_S_FIELD_NUMBER: _ClassVar[int]
+    FRONTEND_MODELED_S_FIELD_NUMBER: _ClassVar[int]
     step: _common_pb2.TokenStep
     kv_fetch_wall_s: float
     kv_transfer_modeled_s: float
@@ -57,4 +58,5 @@ class DecodeChunk(_message.Message):
     decode_modeled_s: float
     queue_modeled_s: float
     prefill_modeled_s: float
-    def __init__(self, step: _Optional[_Union[_common_pb2.TokenStep, _Mapping]] = ..., kv_fetch_wall_s: _Optional[float] = ..., kv_transfer_modeled_s: _Optional[float] = ..., queue_wall_s: _Optional[float] = ..., decode_modeled_s: _Optional[float] = ..., queue_modeled_s: _Optional[float] = ..., prefill_modeled_s: _Optional[float] = ...) -> None: ...
+    frontend_modeled_s: float
+    def __init__(self, step: _Optional[_Union[_common_pb2.TokenStep, _Mapping]] = ..., kv_fetch_wall_s: _Optional[float] = ..., kv_transfer_modeled_s: _Optional[float] = ..., queue_wall_s: _Optional[float] = ..., decode_modeled_s: _Optional[float] = ..., queue_modeled_s: _Optional[float] = ..., prefill_modeled_s: _Optional[float] = ..., frontend_modeled_s: _Optional[float] = ...) -> None: ...

@@ -12,7 +12,10 @@ from pdserve.cli.main import main as pdserve_main
 from pdserve.perfmodel import overheads
 from tests.helpers import pdserve_up
 
-WORKLOAD = ["--input-len", "200:600", "--output-len", "30:60", "--seed", "1"]
+WORKLOAD = ["--input-len", "200:600", "--output-len", "30:60"]
+# each run draws its own prompts: a second run of the same prompts on the same stack would hit the first's prefix
+# cache, which a simulation of that run alone does not hold
+SEEDS = {4: "1", 16: "2"}
 # the emulated cluster is not the published one: its per-layer overhead is 250 us where the published fit says 335
 TRUTH = {"format": "pdserve-calibration/1", "table_key": "sglang@h20",
          "deployment": "model=deepseek-r1,hardware=H20-141G,gpus=8,tp=8,ep=8,dp_attention=0,software=sglang,"
@@ -38,13 +41,14 @@ def measured(tmp_path_factory):
     spec = StackSpec(model="synthetic", pace="realtime", extra={"prefill": flags,
                                                                 "decode": flags + ["--kv-budget", "modeled"]})
     with Stack(spec) as stack:
-        runs = {c: bench(stack.router_target, d / f"c{c}.json", "--num-prompts", str(n), "--max-concurrency", str(c))
+        runs = {c: bench(stack.router_target, d / f"c{c}.json", "--num-prompts", str(n), "--max-concurrency", str(c),
+                         "--seed", SEEDS[c])
                 for c, n in ((4, 24), (16, 48))}
     cal = d / "cal.json"
     assert pdserve_main(["calibrate", str(d / "c4.json"), "--out", str(cal)]) == 0  # from the published constants
     predicted = d / "predicted.json"
     assert pdserve_main(["simulate", "--calibration", str(cal), "--num-prompts", "48", "--max-concurrency", "16",
-                         *WORKLOAD, "--save-result", str(predicted)]) == 0
+                         *WORKLOAD, "--seed", SEEDS[16], "--save-result", str(predicted)]) == 0
     try:
         return runs, json.loads(cal.read_text()), json.loads(predicted.read_text())
     finally:
@@ -58,8 +62,6 @@ def test_calibrating_at_one_concurrency_predicts_the_tpot_of_another(measured):
     assert predicted["mean_tpot_ms"] == pytest.approx(c16["modeled_mean_tpot_ms"], rel=0.10)
 
 
-@pytest.mark.xfail(strict=True, reason="at concurrency 16 the simulator queues prompts for prefill (mean TTFT over "
-                                       "twice the stack's) where the paced stack's modeled clock does not; not isolated")
 def test_calibrating_at_one_concurrency_predicts_the_ttft_of_another(measured):
     runs, _, predicted = measured
     assert predicted["mean_ttft_ms"] == pytest.approx(runs[16]["modeled_mean_ttft_ms"], rel=0.10)
@@ -77,6 +79,7 @@ def emulated(tmp_path_factory):
     proc, lines = pdserve_up(["--plan", str(plan), "--port", "0", "--time-scale", "1"], until="try:")
     try:
         target = lines[-1].split("--target", 1)[1].split()[0]
+        # the plan's workload: its prompts and arrivals (both commands' --seed default, 0)
         got = bench(target, d / "bench.json", "--num-prompts", "40", "--request-rate", "2")
     finally:
         proc.send_signal(signal.SIGINT)
@@ -89,11 +92,9 @@ def test_up_plan_runs_the_plan_emulated(emulated):
     assert f"emulating the plan {block['label']}" in text and "decode-0" in text
     assert got["completed"] == 40 and "modeled_request_throughput" in got
     assert got["modeled_request_throughput"] == pytest.approx(block["predicted"]["request_throughput"], rel=0.10)
-    assert got["modeled_mean_tpot_ms"] == pytest.approx(block["predicted"]["mean_tpot_ms"], rel=0.25)
+    assert got["modeled_mean_tpot_ms"] == pytest.approx(block["predicted"]["mean_tpot_ms"], rel=0.10)
 
 
-@pytest.mark.xfail(strict=True, reason="the plan's TTFT includes the software's fitted per-request front end (139 ms "
-                                       "for SGLang), which the emulated stack's workers do not pace")
 def test_up_plan_reproduces_the_planned_ttft(emulated):
     block, _, got = emulated
     assert got["modeled_mean_ttft_ms"] == pytest.approx(block["predicted"]["mean_ttft_ms"], rel=0.10)

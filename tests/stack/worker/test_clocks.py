@@ -17,20 +17,22 @@ DEFAULT_HANDOFF = Deployment().handoff()
 
 
 def test_modeled_timings_follow_the_timing_model(tiny_stack):
-    """A lone request: its modeled prefill, hand-off and decode steps are exactly what perfmodel says."""
+    """A lone request: its modeled front end, prefill, hand-off and decode steps are exactly what perfmodel says."""
     prompt = list(range(173, 213))  # 40 tokens no other test of the shared stack sends: nothing of it is cached
     n_out = 6
     with PdserveClient(tiny_stack.router_target) as c:
         reply = c.complete(token_ids=prompt, max_tokens=n_out, temperature=0, ignore_eos=True)
     t = reply.timings
     assert reply.usage.completion_tokens == n_out and reply.usage.cached_prompt_tokens == 0
+    frontend = DEFAULT_TIMING.overheads.request_overhead_s  # SGLang's fitted HTTP, tokenization and scheduler hops
     prefill = DEFAULT_TIMING.prefill_time([40], [0]).seconds
     transfer = DEFAULT_HANDOFF.seconds(40, "rdma")  # the handshake and the wire
     steps = sum(DEFAULT_TIMING.decode_step_time([40 + i + 1]).seconds for i in range(n_out - 1))
     # the first token leaves from the decode side once the KV is there (as SGLang's and vLLM's P/D serving)
-    assert t.ttft_modeled_s == pytest.approx(prefill + transfer, rel=1e-6)
+    assert t.ttft_modeled_s == pytest.approx(frontend + prefill + transfer, rel=1e-6)
+    assert t.frontend_modeled_s == pytest.approx(frontend, rel=1e-6) and frontend > 0
     assert t.kv_transfer_modeled_s == pytest.approx(transfer, rel=1e-6)
-    assert t.e2e_modeled_s == pytest.approx(prefill + transfer + steps, rel=1e-6)
+    assert t.e2e_modeled_s == pytest.approx(frontend + prefill + transfer + steps, rel=1e-6)
     assert t.tpot_modeled_s == pytest.approx(steps / (n_out - 1), rel=1e-6)
     assert t.queue_modeled_s == 0.0
 
@@ -67,6 +69,7 @@ def test_realtime_pacing_stretches_wall_time_to_the_modeled_budget(synthetic_pac
         reply = c.complete(token_ids=list(range(100, 400)), max_tokens=20, temperature=0, ignore_eos=True)
     t = reply.timings
     scale = 0.5
+    assert t.frontend_modeled_s > 0  # paced too: the wall TTFT covers it
     assert t.ttft_wall_s >= scale * t.ttft_modeled_s * 0.999
     assert t.e2e_wall_s - t.ttft_wall_s >= scale * (t.e2e_modeled_s - t.ttft_modeled_s) * 0.999
     # the modeled figures are in modeled seconds, the scale divided back out

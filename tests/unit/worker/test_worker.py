@@ -9,6 +9,7 @@ import pytest
 
 from pdserve.engine.params import SamplingParams
 from pdserve.engine.runtime import Runtime
+from pdserve.engine.sched.policy import StepPolicy
 from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole
 from pdserve.engine.text.stop import FinishReason
 from pdserve.perfmodel.parallel import ParallelConfig
@@ -279,3 +280,29 @@ def test_a_step_computes_in_forwards_whose_kv_can_move_before_the_step_ends(tiny
     assert told == [(0, 1, True), (0, 2, True), (1, 2, True), (1, 3, True), (2, 3, True), (2, 4, False)]
     assert whole_told == [(0, 1, False), (1, 1, False), (2, 1, False)]
     assert tokens == whole_tokens and modeled == whole_modeled
+
+
+def test_a_request_is_charged_every_step_it_waits_through(tiny_runtime):
+    """Prefill in steps of their own (SGLang's policy): a decoding request waits through another's prompt step, and its
+    modeled time is the worker's modeled clock from its arrival to its last token, as in the simulator, not only the
+    steps it was in."""
+
+    async def scenario():
+        worker = make_worker(tiny_runtime, policy=StepPolicy(mixed=False))
+        loop = asyncio.create_task(worker.run())
+        first = worker.submit(tiny_runtime.new_sequence(list(range(3, 20)), PARAMS))
+        await first.events.get()
+        second = worker.submit(tiny_runtime.new_sequence(list(range(3, 200)), PARAMS))  # its prompt step comes next
+        for job in (first, second):
+            while not (await job.events.get())[1].finished:
+                pass
+        loop.cancel()
+        return worker, first, second
+
+    worker, first, second = asyncio.run(asyncio.wait_for(scenario(), 60))
+    for job in (first, second):
+        spent = job.queue_modeled_s + job.prefill_modeled_s + job.decode_modeled_s
+        assert spent == pytest.approx(job.last_token_modeled_s - job.arrived_modeled_s, rel=1e-9)
+    prompt_step = worker.clock.timing.prefill_time([197], [0]).seconds
+    assert first.decode_modeled_s > prompt_step  # the other's prompt step delayed its tokens
+
