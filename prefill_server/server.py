@@ -38,6 +38,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         self.kv_client = kv_client
         self.cache = local_cache
         self.fingerprint = self.runtime.config.fingerprint
+        # the modeled engine's first token leaves once the prefill's reply is sent at its loop's next turn (SGLang)
+        self.reply_at_next_turn = worker.clock.handoff.engine.first_token == "loops"
         for outcome in ("ok", "rejected", "cancelled", "error"):
             metrics.REQUESTS.labels(outcome)
         metrics.WAITING.set_function(lambda: len(worker.scheduler.waiting))
@@ -97,6 +99,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                 io_start = time.perf_counter()
                 handle = self._handle(await uploader.finish(), len(ids), lease)
                 io_s += time.perf_counter() - io_start
+                if self.reply_at_next_turn:  # SGLang: the reply leaves when the loop comes round (its next step)
+                    await job.next_step_known.wait()
                 lease.hand_over()
         except asyncio.CancelledError:
             if job is not None:
@@ -128,7 +132,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             first=token_step(token_ids, first), forks=[token_step(f.output_ids, f.first_result) for f in seq.forks],
             kv=handle, cached_tokens=cached, queue_wall_s=job.queue_wall_s,
             compute_wall_s=job.compute_wall_s, kv_store_wall_s=io_s, modeled_s=job.prefill_modeled_s,
-            queue_modeled_s=job.queue_modeled_s, frontend_modeled_s=frontend_s)
+            queue_modeled_s=job.queue_modeled_s, frontend_modeled_s=frontend_s,
+            next_turn_modeled_s=job.next_step_modeled_s if self.reply_at_next_turn else 0.0)
 
     async def _reuse_prefix(self, seq: Sequence, keys: list[str], lease: KVLease) -> tuple[int, int]:
         """Lease what the kvstore already holds and load the reusable leading blocks into ``seq``'s cache.

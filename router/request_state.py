@@ -48,6 +48,7 @@ class RequestState:
     finish_reason: str = ""  # set once the sample's last chunk went out
     # modeled clock, as reported by the workers
     frontend_modeled_s: float = 0.0  # the modeled deployment's front end before the prompt's worker admitted it
+    prefill_turn_modeled_s: float = 0.0  # SGLang: the prefill's next step, which its reply waits for
     queue_modeled_s: float = 0.0
     prefill_modeled_s: float = 0.0
     kv_transfer_modeled_s: float = 0.0
@@ -59,6 +60,7 @@ class RequestState:
         self.queue_wall_s = self.prefill_queue_wall_s = reply.queue_wall_s
         self.kv_store_wall_s = reply.kv_store_wall_s
         self.frontend_modeled_s = reply.frontend_modeled_s
+        self.prefill_turn_modeled_s = reply.next_turn_modeled_s
         self.queue_modeled_s = reply.queue_modeled_s
         self.prefill_modeled_s = reply.modeled_s
 
@@ -98,10 +100,12 @@ class RequestState:
         ttft = (self.first_token_at or now) - self.started
         tpot = (e2e - ttft) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
         # the modeled engines' first token reaches the client from the decode side, after the hand-off and the
-        # decode's admission (SGLang's decode server, vLLM's proxy): the simulator counts it so (sim/cluster.py)
-        ttft_m = (self.frontend_modeled_s + self.queue_modeled_s + self.prefill_modeled_s + self.kv_transfer_modeled_s
-                  + self.decode_wait_modeled_s)
-        e2e_m = ttft_m + self.decode_modeled_s
+        # decode's admission (SGLang's decode server, vLLM's proxy), and with SGLang no sooner than the prefill's reply,
+        # sent at its loop's next turn: the simulator counts it so (sim/cluster.py)
+        prefilled = self.frontend_modeled_s + self.queue_modeled_s + self.prefill_modeled_s
+        admitted = prefilled + self.kv_transfer_modeled_s + self.decode_wait_modeled_s
+        ttft_m = max(admitted, prefilled + self.prefill_turn_modeled_s)
+        e2e_m = max(ttft_m, admitted + self.decode_modeled_s)  # tokens decoded meanwhile go out with the first
         tpot_m = (e2e_m - ttft_m) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
         return common_pb2.Timings(
             queue_wall_s=self.queue_wall_s, ttft_wall_s=ttft, tpot_wall_s=tpot, e2e_wall_s=e2e,

@@ -75,6 +75,21 @@ def require_tool(tool: str, package: str) -> str:
     return path
 
 
+def without_frontend(directory) -> list[str]:
+    """Worker flags that drop the modeled deployment's per-request front end (a calibration file with it zero): a
+    worker paced at a large time scale would otherwise hold each request for seconds before its prompt's steps."""
+    import json
+
+    from pdserve.perfmodel.calibration import FORMAT, deployment_text, table_key
+    from pdserve.perfmodel.deployment import Deployment
+
+    path = directory / "no-frontend.json"
+    d = Deployment()
+    path.write_text(json.dumps({"format": FORMAT, "deployment": deployment_text(d), "table_key": table_key(d),
+                                "parameters": {"request_overhead_s": 0.0}}))
+    return ["--calibration", str(path)]
+
+
 def start_stack(**spec_kwargs):
     """A stack of the given StackSpec, started (SERVING); the caller stops it."""
     from pdserve.launcher.stack import Stack, StackSpec

@@ -47,9 +47,28 @@ class StepClock:
         self.pace = pace
         self.time_scale = time_scale
         self.busy_modeled_s = 0.0  # modeled seconds of all steps so far (a worker-local modeled clock)
+        self._step_began_at: float | None = None  # the step in progress: when it began (perf_counter), its price
+        self._step_modeled_s = 0.0
         for phase in ("prefill", "decode"):  # present from the start, so a lag alert has a series to watch
             LAGGED_STEPS.labels(phase)
             LAG_SECONDS.labels(phase)
+
+    def step_began(self, started_at: float, modeled_s: float) -> None:
+        """A step priced at ``modeled_s`` is in progress since ``started_at`` (perf_counter)."""
+        self._step_began_at, self._step_modeled_s = started_at, modeled_s
+
+    def step_ended(self) -> None:
+        """No step in progress (it finished, failed or had nothing left to run)."""
+        self._step_began_at = None
+
+    def now_modeled_s(self) -> float:
+        """The worker's modeled clock now. When pacing, a request that arrives during a step waits only for the rest
+        of it, as in the simulator: the part of the step that has passed (wall / time_scale) counts as before its
+        arrival. Unpaced, wall time says nothing of the modeled step, so the whole step counts as after it."""
+        if self.pace != "realtime" or self._step_began_at is None:
+            return self.busy_modeled_s
+        passed = (time.perf_counter() - self._step_began_at) / self.time_scale
+        return self.busy_modeled_s + min(passed, self._step_modeled_s)
 
     async def finish_step(self, phase: str, started_at: float, modeled_s: float, tokens: int) -> StepTiming:
         """Record a step that began at ``started_at`` (perf_counter) and, when pacing, wait out its budget."""

@@ -60,6 +60,10 @@ class Job:
     last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
     last_token_modeled_s: float = 0.0
     on_prefill_chunk: Callable[[bool], object] | None = None  # after each forward over its prompt: does the step go on
+    # a prefill worker's next step after this prompt's last (0.0 when it went idle): SGLang's reply leaves at that
+    # loop turn (perfmodel/handoff.py TransferEngine.first_token)
+    next_step_modeled_s: float = 0.0
+    next_step_known: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def queue_wall_s(self) -> float:
@@ -91,6 +95,7 @@ class Worker:
         self.draining = False
         self._idle = asyncio.Event()
         self._jobs: dict[int, Job] = {}  # id(sequence) -> job, while the scheduler holds the sequence
+        self._awaiting_next_step: list[Job] = []  # prompts done in the last step, until the next one is priced
         self._wake = asyncio.Event()
         self._stepping = False
         self._cancel_after_step: list[Sequence] = []
@@ -130,7 +135,7 @@ class Worker:
     def submit(self, seq: Sequence) -> Job:
         """Queue a sequence; its tokens arrive on ``job.events``. Raises KVBudgetExceeded for one that can never run."""
         self.scheduler.add(seq)
-        job = Job(seq, arrived_modeled_s=self.clock.busy_modeled_s)
+        job = Job(seq, arrived_modeled_s=self.clock.now_modeled_s())
         self._jobs[id(seq)] = job
         self._wake.set()
         return job
@@ -157,6 +162,7 @@ class Worker:
             while True:
                 step = self.scheduler.schedule() if self.scheduler.has_work() else Step()
                 if not step:
+                    self._next_step_priced(0.0)  # idle: no step keeps a finished prompt's reply waiting
                     self._wake.clear()
                     await self._wake.wait()
                     continue
@@ -166,6 +172,7 @@ class Worker:
                     log.exception("step failed")
                     self._fail([seq for seq, _ in step.prefills] + step.decodes, exc)
         finally:
+            self._next_step_priced(0.0)
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run_step(self, step: Step) -> None:
@@ -195,6 +202,8 @@ class Worker:
             # priced as composed, before running changes the KV lengths (off the event loop: a new shape prices for
             # ms)
             modeled = await asyncio.get_running_loop().run_in_executor(self._executor, self.clock.step_seconds, step)
+            self.clock.step_began(started, modeled)
+            self._next_step_priced(modeled)
             if step.prefills:
                 output.prefills = await self._prefill_phase(step)
             if step.decodes:
@@ -207,6 +216,7 @@ class Worker:
                 self._account(step, had_output, modeled, timing.wall_s)
         finally:
             self._stepping = False
+            self.clock.step_ended()
         return output
 
     async def _prefill_phase(self, step: Step) -> list[StepResult | None]:
@@ -302,3 +312,11 @@ class Worker:
         job.last_token_at, job.last_token_modeled_s = now, now_modeled
         if result.finished or self.scheduler.config.role is SchedulerRole.PREFILL:
             del self._jobs[id(seq)]
+            if self.scheduler.config.role is SchedulerRole.PREFILL:
+                self._awaiting_next_step.append(job)
+
+    def _next_step_priced(self, modeled: float) -> None:
+        for job in self._awaiting_next_step:
+            job.next_step_modeled_s = modeled
+            job.next_step_known.set()
+        self._awaiting_next_step.clear()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from pdserve.v1 import common_pb2 as pdserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18pdserve/v1/prefill.proto\x12\npdserve.v1\x1a\x17pdserve/v1/common.proto\"\xa0\x01\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x13\n\x0blease_ttl_s\x18\x04 \x01(\x01\x12\x10\n\x08lease_id\x18\x05 \x01(\t\x12\x12\n\ncache_salt\x18\x06 \x01(\t\"\xa2\x02\n\x0cPrefillReply\x12$\n\x05\x66irst\x18\x01 \x01(\x0b\x32\x15.pdserve.v1.TokenStep\x12 \n\x02kv\x18\x02 \x01(\x0b\x32\x14.pdserve.v1.KVHandle\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x14\n\x0cqueue_wall_s\x18\x04 \x01(\x01\x12\x16\n\x0e\x63ompute_wall_s\x18\x05 \x01(\x01\x12\x17\n\x0fkv_store_wall_s\x18\x06 \x01(\x01\x12\x11\n\tmodeled_s\x18\x07 \x01(\x01\x12\x17\n\x0fqueue_modeled_s\x18\x08 \x01(\x01\x12$\n\x05\x66orks\x18\t \x03(\x0b\x32\x15.pdserve.v1.TokenStep\x12\x1a\n\x12\x66rontend_modeled_s\x18\n \x01(\x01\x32\x86\x01\n\x07Prefill\x12?\n\x07Prefill\x12\x1a.pdserve.v1.PrefillRequest\x1a\x18.pdserve.v1.PrefillReply\x12:\n\x07GetLoad\x12\x17.pdserve.v1.LoadRequest\x1a\x16.pdserve.v1.WorkerLoadB\x85\x01\n\rio.pdserve.v1B\x0cPrefillProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18pdserve/v1/prefill.proto\x12\npdserve.v1\x1a\x17pdserve/v1/common.proto\"\xa0\x01\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x13\n\x0blease_ttl_s\x18\x04 \x01(\x01\x12\x10\n\x08lease_id\x18\x05 \x01(\t\x12\x12\n\ncache_salt\x18\x06 \x01(\t\"\xbf\x02\n\x0cPrefillReply\x12$\n\x05\x66irst\x18\x01 \x01(\x0b\x32\x15.pdserve.v1.TokenStep\x12 \n\x02kv\x18\x02 \x01(\x0b\x32\x14.pdserve.v1.KVHandle\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x14\n\x0cqueue_wall_s\x18\x04 \x01(\x01\x12\x16\n\x0e\x63ompute_wall_s\x18\x05 \x01(\x01\x12\x17\n\x0fkv_store_wall_s\x18\x06 \x01(\x01\x12\x11\n\tmodeled_s\x18\x07 \x01(\x01\x12\x17\n\x0fqueue_modeled_s\x18\x08 \x01(\x01\x12$\n\x05\x66orks\x18\t \x03(\x0b\x32\x15.pdserve.v1.TokenStep\x12\x1a\n\x12\x66rontend_modeled_s\x18\n \x01(\x01\x12\x1b\n\x13next_turn_modeled_s\x18\x0b \x01(\x01\x32\x86\x01\n\x07Prefill\x12?\n\x07Prefill\x12\x1a.pdserve.v1.PrefillRequest\x1a\x18.pdserve.v1.PrefillReply\x12:\n\x07GetLoad\x12\x17.pdserve.v1.LoadRequest\x1a\x16.pdserve.v1.WorkerLoadB\x85\x01\n\rio.pdserve.v1B\x0cPrefillProtoP\x01Z6github.com/pdserve/pdserve/gen/go/pdserve/v1;pdservev1\xa2\x02\x03PVX\xaa\x02\nPdserve.V1\xca\x02\nPdserve\\V1\xea\x02\x0bPdserve::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,7 +36,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREFILLREQUEST']._serialized_start=66
   _globals['_PREFILLREQUEST']._serialized_end=226
   _globals['_PREFILLREPLY']._serialized_start=229
-  _globals['_PREFILLREPLY']._serialized_end=519
-  _globals['_PREFILL']._serialized_start=522
-  _globals['_PREFILL']._serialized_end=656
+  _globals['_PREFILLREPLY']._serialized_end=548
+  _globals['_PREFILL']._serialized_start=551
+  _globals['_PREFILL']._serialized_end=685
 # @@protoc_insertion_point(module_scope)

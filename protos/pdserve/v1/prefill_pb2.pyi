@@ -24,7 +24,7 @@ class PrefillRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., lease_ttl_s: _Optional[float] = ..., lease_id: _Optional[str] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class PrefillReply(_message.Message):
-    __slots__ = ("first", "kv", "cached_tokens", "queue_wall_s", "compute_wall_s", "kv_store_wall_s", "modeled_s", "queue_modeled_s", "forks", "frontend_modeled_s")
+    __slots__ = ("first", "kv", "cached_tokens", "queue_wall_s", "compute_wall_s", "kv_store_wall_s", "modeled_s", "queue_modeled_s", "forks", "frontend_modeled_s", "next_turn_modeled_s")
     FIRST_FIELD_NUMBER: _ClassVar[int]
     KV_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class PrefillReply(_message.Message):
     QUEUE_MODELED_S_FIELD_NUMBER: _ClassVar[int]
     FORKS_FIELD_NUMBER: _ClassVar[int]
     FRONTEND_MODELED_S_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TURN_MODELED_S_FIELD_NUMBER: _ClassVar[int]
     first: _common_pb2.TokenStep
     kv: _common_pb2.KVHandle
     cached_tokens: int
@@ -45,4 +46,5 @@ class PrefillReply(_message.Message):
     queue_modeled_s: float
     forks: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenStep]
     frontend_modeled_s: float
-    def __init__(self, first: _Optional[_Union[_common_pb2.TokenStep, _Mapping]] = ..., kv: _Optional[_Union[_common_pb2.KVHandle, _Mapping]] = ..., cached_tokens: _Optional[int] = ..., queue_wall_s: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., kv_store_wall_s: _Optional[float] = ..., modeled_s: _Optional[float] = ..., queue_modeled_s: _Optional[float] = ..., forks: _Optional[_Iterable[_Union[_common_pb2.TokenStep, _Mapping]]] = ..., frontend_modeled_s: _Optional[float] = ...) -> None: ...
+    next_turn_modeled_s: float
+    def __init__(self, first: _Optional[_Union[_common_pb2.TokenStep, _Mapping]] = ..., kv: _Optional[_Union[_common_pb2.KVHandle, _Mapping]] = ..., cached_tokens: _Optional[int] = ..., queue_wall_s: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., kv_store_wall_s: _Optional[float] = ..., modeled_s: _Optional[float] = ..., queue_modeled_s: _Optional[float] = ..., forks: _Optional[_Iterable[_Union[_common_pb2.TokenStep, _Mapping]]] = ..., frontend_modeled_s: _Optional[float] = ..., next_turn_modeled_s: _Optional[float] = ...) -> None: ...

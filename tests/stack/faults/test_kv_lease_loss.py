@@ -14,7 +14,7 @@ import pytest
 
 from pdserve.client.client import PdserveClient
 from pdserve.engine.params import SamplingParams
-from tests.helpers import kv_leases, reference, start_stack, wait_until
+from tests.helpers import kv_leases, reference, start_stack, wait_until, without_frontend
 
 LEASE_TTL_S = 2.0
 PROMPT = list(range(3, 43))  # two full blocks: prefill acquires under the lease before computing
@@ -22,9 +22,11 @@ PARAMS = SamplingParams(max_tokens=4, temperature=0.0)
 
 
 @pytest.fixture(scope="module")
-def paced_prefill_stack(tiny_model_path):
+def paced_prefill_stack(tiny_model_path, tmp_path_factory):
+    # the modeled front end (139 ms, x 300 = 42 s of wall) would hold every request before its Acquire: none here
+    frontend = without_frontend(tmp_path_factory.mktemp("calibration"))
     stack = start_stack(model=str(tiny_model_path), metrics=True,
-                        extra={"prefill": ["--pace", "realtime", "--time-scale", "300"],
+                        extra={"prefill": ["--pace", "realtime", "--time-scale", "300", *frontend],
                                "router": ["--lease-ttl-s", str(LEASE_TTL_S)]})
     yield stack
     stack.stop()

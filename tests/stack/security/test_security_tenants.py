@@ -7,18 +7,19 @@ import grpc
 import pytest
 
 from pdserve.client.client import AsyncPdserveClient
-from tests.helpers import start_stack, wait_until
+from tests.helpers import start_stack, wait_until, without_frontend
 
 TOKENS = {"alice": "alice-token-0001", "mallory": "mallory-token-02"}
 
 
 @pytest.fixture(scope="module")
-def stack(tiny_long_model_path):
+def stack(tiny_long_model_path, tmp_path_factory):
     # prefill paced to seconds per prompt (a request waits in prefill long enough to be counted as queued), decode to
-    # >= 200 ms a step (a stream stays in flight)
+    # >= 200 ms a step (a stream stays in flight); no modeled front end (x 300 it would hold each request 42 s)
     stack = start_stack(model=str(tiny_long_model_path), metrics=True, tenant_tokens=TOKENS,
                         extra={"router": ["--tenant-max-inflight", "2", "--tenant-max-queued-tokens", "50"],
-                               "prefill": ["--pace", "realtime", "--time-scale", "300"],
+                               "prefill": ["--pace", "realtime", "--time-scale", "300",
+                                           *without_frontend(tmp_path_factory.mktemp("calibration"))],
                                "decode": ["--pace", "realtime", "--time-scale", "8"]})
     yield stack
     stack.stop()

@@ -3,6 +3,7 @@ cancelled request is removed from the scheduler and its KV freed."""
 
 import asyncio
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -306,3 +307,38 @@ def test_a_request_is_charged_every_step_it_waits_through(tiny_runtime):
     prompt_step = worker.clock.timing.prefill_time([197], [0]).seconds
     assert first.decode_modeled_s > prompt_step  # the other's prompt step delayed its tokens
 
+
+
+def test_a_request_arriving_during_a_paced_step_waits_only_for_its_rest():
+    """The simulator's arrival mid-step waits for the step's remainder; the paced worker's modeled clock at arrival
+    counts the part that has passed (never more than the step), and unpaced none of it."""
+    paced, unpaced = StepClock(TIMING, pace="realtime", time_scale=2.0), StepClock(TIMING)
+    for clock in (paced, unpaced):
+        clock.busy_modeled_s = 1.0
+        clock.step_began(time.perf_counter() - 0.2, 0.5)  # 0.2 s of wall = 0.1 modeled seconds at time scale 2
+    assert 1.1 <= paced.now_modeled_s() < 1.5 and unpaced.now_modeled_s() == 1.0
+    paced.step_began(time.perf_counter() - 10.0, 0.5)  # a step lagging behind its budget: at most its own length
+    assert paced.now_modeled_s() == 1.5
+    paced.step_ended()
+    assert paced.now_modeled_s() == 1.0
+
+
+def test_a_finished_prompt_learns_the_prefill_workers_next_step(tiny_runtime):
+    """SGLang's prefill replies at its loop's next turn: a prompt done while another is queued gets the price of the
+    step that follows; one done with nothing left gets 0 (the worker goes idle)."""
+    scheduler = Scheduler(SchedulerConfig(SchedulerRole.PREFILL, kv_blocks=256, max_num_batched_tokens=64,
+                                          policy=StepPolicy(mixed=False)), tiny_runtime.free)
+
+    async def scenario():
+        worker = Worker(tiny_runtime, scheduler, StepClock(TIMING), max_queue=8)
+        first = worker.submit(tiny_runtime.new_sequence(list(range(3, 40)), PARAMS))
+        second = worker.submit(tiny_runtime.new_sequence(list(range(3, 100)), PARAMS))  # its rest runs after
+        loop = asyncio.create_task(worker.run())
+        for job in (first, second):
+            await job.events.get()
+            await asyncio.wait_for(job.next_step_known.wait(), 30)
+        loop.cancel()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first.next_step_modeled_s > 0 and second.next_step_modeled_s == 0.0
