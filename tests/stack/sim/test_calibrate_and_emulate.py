@@ -31,15 +31,17 @@ def bench(target: str, out, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """bench serve at concurrency 4 and 16 against a stack whose workers run the TRUTH constants."""
+    """bench serve at concurrency 4 and 16 against a stack whose workers run the TRUTH constants, paced at time scale
+    4: between one request's end and its client's next request passes wall time (more on a busy machine) that the
+    paced workers count as modeled time, a quarter of it at that scale; the simulator's clients take none."""
     from pdserve.launcher.stack import Stack, StackSpec
 
     d = tmp_path_factory.mktemp("calibrate")
     truth = d / "truth.json"
     truth.write_text(json.dumps(TRUTH))
     flags = ["--calibration", str(truth)]
-    spec = StackSpec(model="synthetic", pace="realtime", extra={"prefill": flags,
-                                                                "decode": flags + ["--kv-budget", "modeled"]})
+    spec = StackSpec(model="synthetic", pace="realtime", time_scale=4.0,
+                     extra={"prefill": flags, "decode": flags + ["--kv-budget", "modeled"]})
     with Stack(spec) as stack:
         runs = {c: bench(stack.router_target, d / f"c{c}.json", "--num-prompts", str(n), "--max-concurrency", str(c),
                          "--seed", SEEDS[c])
