@@ -42,8 +42,9 @@ from pdserve.kvstore.client import KVStoreClient
 from pdserve.kvstore.contract import check_handle
 from pdserve.v1 import decode_pb2, decode_pb2_grpc
 from pdserve.worker.flags import build_worker, run_worker, worker_config, worker_parser
+from pdserve.worker.job import Job
 from pdserve.worker.metrics import ITL
-from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
+from pdserve.worker.worker import Worker, WorkerDraining, WorkerFull
 
 log = logging.getLogger("pdserve.decode")
 KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
@@ -176,8 +177,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 token_ids, result = event
                 chunk = decode_pb2.DecodeChunk(step=token_step(token_ids, result))
                 if first_chunk:
-                    self._first_chunk_timings(chunk, job, fetch_s, transfer_modeled_s)
-                    chunk.frontend_modeled_s = frontend_s
+                    self._first_chunk_timings(chunk, job, fetch_s, transfer_modeled_s, frontend_s)
                     if first_from_decode:
                         first_step_s = job.decode_modeled_s
                         chunk.queue_modeled_s += first_step_s
@@ -208,7 +208,9 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         await context.abort(code, f"kv: {detail}")
 
     @staticmethod
-    def _first_chunk_timings(chunk: decode_pb2.DecodeChunk, job: Job, fetch_s: float, transfer_modeled_s: float) -> None:
+    def _first_chunk_timings(chunk: decode_pb2.DecodeChunk, job: Job, fetch_s: float, transfer_modeled_s: float,
+                             frontend_s: float) -> None:
+        chunk.frontend_modeled_s = frontend_s
         chunk.kv_fetch_wall_s = fetch_s
         chunk.kv_transfer_modeled_s = transfer_modeled_s
         chunk.queue_wall_s = job.queue_wall_s

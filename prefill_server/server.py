@@ -23,7 +23,8 @@ from pdserve.prefill_server.kv_upload import BlockUploader
 from pdserve.prefill_server.prefix_cache import LocalPrefixCache
 from pdserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
 from pdserve.worker.flags import build_worker, run_worker, worker_config, worker_parser
-from pdserve.worker.worker import Job, Worker, WorkerDraining, WorkerFull
+from pdserve.worker.job import Job
+from pdserve.worker.worker import Worker, WorkerDraining, WorkerFull
 
 log = logging.getLogger("pdserve.prefill")
 

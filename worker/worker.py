@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from pdserve.engine.runtime import Runtime
 from pdserve.engine.sched.scheduler import Scheduler, SchedulerRole, Step, StepOutput
@@ -27,11 +26,11 @@ from pdserve.engine.text.stop import FinishReason, StepResult
 from pdserve.v1 import common_pb2
 from pdserve.worker.clock import StepClock
 from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS, compute_pieces
+from pdserve.worker.job import Job
 from pdserve.worker.metrics import ITL, PROMPT_FORWARDS
 
 log = logging.getLogger("pdserve.worker")
 
-TokenEvent = tuple[list[int], StepResult]
 DEFAULT_STEP_NICE = 5
 class WorkerFull(Exception):
     """The worker holds as many requests as it may (``--max-queue``)."""
@@ -40,34 +39,6 @@ class WorkerFull(Exception):
 class WorkerDraining(Exception):
     """The worker is shutting down: it finishes what it holds and takes nothing new (answered UNAVAILABLE, so the
     router sends the request elsewhere)."""
-
-
-@dataclass
-class Job:
-    """One request inside a worker: where its tokens go, and its times in both clocks."""
-
-    seq: Sequence
-    events: asyncio.Queue[TokenEvent | BaseException] = field(default_factory=asyncio.Queue)  # per token, or a failure
-    arrived_at: float = field(default_factory=time.perf_counter)
-    scheduled_at: float | None = None  # first step that included it
-    arrived_modeled_s: float = 0.0  # the worker's modeled busy clock at arrival
-    queue_modeled_s: float = 0.0
-    compute_wall_s: float = 0.0  # wall time of the prefill steps it was part of
-    # the worker's modeled clock from its first step to its first token, and from there to its last (every step counts
-    # while it is scheduled: one it waits through, another prompt's, delays it as much as one it is in)
-    prefill_modeled_s: float = 0.0
-    decode_modeled_s: float = 0.0
-    last_token_at: float | None = None  # both clocks at its previous token (inter-token latency)
-    last_token_modeled_s: float = 0.0
-    on_prefill_chunk: Callable[[bool], object] | None = None  # after each forward over its prompt: does the step go on
-    # a prefill worker's next step after this prompt's last (0.0 when it went idle): SGLang's reply leaves at that
-    # loop turn (perfmodel/handoff.py TransferEngine.first_token)
-    next_step_modeled_s: float = 0.0
-    next_step_known: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def queue_wall_s(self) -> float:
-        return (self.scheduled_at or self.arrived_at) - self.arrived_at
 
 
 def lower_thread_priority(nice: int) -> None:
