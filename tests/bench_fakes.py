@@ -1,6 +1,9 @@
 """Fake servers with known, fixed delays for the load tool's tests: a gRPC Router and an OpenAI-compatible HTTP
 endpoint streaming server-sent events. Each answers a request with ``TOKENS`` chunks, the first after ``TTFT_S``,
-the others ``ITL_S`` apart, and a final chunk with usage and modeled timings; a prompt containing "FAIL" is refused."""
+the others ``ITL_S`` apart, and a final chunk with usage and modeled timings; a prompt containing "FAIL" is refused.
+
+Tests that measure the delays use those defaults (a loaded machine needs absolute slack around them); tests of
+arrivals, durations and reports pass shorter ones so they do not wait on them."""
 
 from __future__ import annotations
 
@@ -30,13 +33,16 @@ def _prompt_text(request: router_pb2.GenerateRequest) -> str:
 
 
 class FakeRouter(router_pb2_grpc.RouterServicer):
+    def __init__(self, ttft_s: float = TTFT_S, itl_s: float = ITL_S) -> None:
+        self.ttft_s, self.itl_s = ttft_s, itl_s
+
     def Generate(self, request, context):
         if "FAIL" in _prompt_text(request):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "fake queue is full")
-        time.sleep(TTFT_S)
+        time.sleep(self.ttft_s)
         for i in range(TOKENS):
             if i:
-                time.sleep(ITL_S)
+                time.sleep(self.itl_s)
             yield router_pb2.GenerateChunk(token_ids=[7], text="x")
         yield router_pb2.GenerateChunk(
             finish_reason="length",
@@ -49,9 +55,9 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
                                                                           context_length=4096)])
 
 
-def start_fake_router() -> tuple[grpc.Server, str]:
+def start_fake_router(ttft_s: float = TTFT_S, itl_s: float = ITL_S) -> tuple[grpc.Server, str]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
-    router_pb2_grpc.add_RouterServicer_to_server(FakeRouter(), server)
+    router_pb2_grpc.add_RouterServicer_to_server(FakeRouter(ttft_s, itl_s), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     return server, f"127.0.0.1:{port}"
@@ -59,6 +65,7 @@ def start_fake_router() -> tuple[grpc.Server, str]:
 
 class _OpenAIHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"  # the stream ends when the connection closes after [DONE]
+    ttft_s, itl_s = TTFT_S, ITL_S
 
     def log_message(self, *args) -> None:
         pass
@@ -92,10 +99,10 @@ class _OpenAIHandler(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode())
             self.wfile.flush()
 
-        time.sleep(TTFT_S)
+        time.sleep(self.ttft_s)
         for i in range(TOKENS):
             if i:
-                time.sleep(ITL_S)
+                time.sleep(self.itl_s)
             choice = {"index": 0, "delta": {"content": "x"}} if chat else {"index": 0, "text": "x"}
             choice["finish_reason"] = "length" if i == TOKENS - 1 else None
             event({"id": "c", "object": "chunk", "choices": [choice]})
@@ -105,8 +112,9 @@ class _OpenAIHandler(BaseHTTPRequestHandler):
         event("[DONE]")
 
 
-def start_fake_openai() -> tuple[ThreadingHTTPServer, str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIHandler)
+def start_fake_openai(ttft_s: float = TTFT_S, itl_s: float = ITL_S) -> tuple[ThreadingHTTPServer, str]:
+    handler = type("OpenAIHandler", (_OpenAIHandler,), {"ttft_s": ttft_s, "itl_s": itl_s})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/v1"

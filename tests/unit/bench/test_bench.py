@@ -41,6 +41,23 @@ def fake_openai():
     server.shutdown()
 
 
+QUICK = {"ttft_s": 0.02, "itl_s": 0.005}  # for tests that check arrivals and reports, not the delays
+
+
+@pytest.fixture(scope="module")
+def quick_router():
+    server, target = fake.start_fake_router(**QUICK)
+    yield target
+    server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def quick_openai():
+    server, base_url = fake.start_fake_openai(**QUICK)
+    yield base_url
+    server.shutdown()
+
+
 # --- datasets and arrivals ------------------------------------------------------------------------------------------
 
 def test_random_prompts_lengths_and_shared_prefix():
@@ -146,20 +163,20 @@ def _check_known_delays(s: dict, n_ok: int) -> None:
 
 
 def test_grpc_backend_reports_the_fake_routers_delays(fake_router):
-    requests = ds.random_requests(6, fake.VOCAB, (10, 10), (fake.TOKENS, fake.TOKENS), seed=0)
+    requests = ds.random_requests(4, fake.VOCAB, (10, 10), (fake.TOKENS, fake.TOKENS), seed=0)
     requests += [ds.BenchRequest(output_len=5, prompt="please FAIL")] * 2
     spec = LoadSpec(max_concurrency=2, progress=False)
     result = _run(lambda: GrpcBackend(fake_router), requests, spec)
     # SLOs between the wall TTFT (200 ms) and the modeled TTFT (123 ms): good in one clock only
     s = summarize(result, (50.0, 99.0), parse_goodput(["ttft:150"]))
-    _check_known_delays(s, 6)
+    _check_known_delays(s, 4)
     assert s["failed"] == 2
     assert s["errors_by_status"] == [{"status": "RESOURCE_EXHAUSTED", "message": "fake queue is full", "count": 2}]
     assert s["request_goodput"] == 0.0
     assert s["modeled_request_goodput"] == pytest.approx(s["modeled_request_throughput"])
-    # six requests of 141 modeled ms, two at a time: three rounds
-    assert s["modeled_duration"] == pytest.approx(3 * fake.MODELED["e2e_modeled_s"])
-    assert s["request_throughput"] == pytest.approx(6 / s["duration"])
+    # four requests of 141 modeled ms, two at a time: two rounds
+    assert s["modeled_duration"] == pytest.approx(2 * fake.MODELED["e2e_modeled_s"])
+    assert s["request_throughput"] == pytest.approx(4 / s["duration"])
     block = format_result(s, percentiles=(50.0, 99.0))
     assert "Mean TTFT (ms):" in block and "RESOURCE_EXHAUSTED: fake queue is full" in block
 
@@ -169,7 +186,7 @@ def test_openai_backend_reports_the_fake_endpoints_delays(fake_openai):
                 + [ds.BenchRequest(output_len=5, prompt="plain text")] * 2
                 + [ds.BenchRequest(output_len=5, token_ids=[101, 102, 103])]
                 + [ds.BenchRequest(output_len=5, prompt="FAIL please")])
-    spec = LoadSpec(max_concurrency=3, progress=False, sampling=Sampling(ignore_eos=True))
+    spec = LoadSpec(max_concurrency=7, progress=False, sampling=Sampling(ignore_eos=True))  # one round
     result = _run(lambda: OpenAIBackend(fake_openai), requests, spec)
     s = summarize(result, (99.0,), parse_goodput(["ttft:1000", "tpot:1000"]))
     _check_known_delays(s, 6)
@@ -180,31 +197,32 @@ def test_openai_backend_reports_the_fake_endpoints_delays(fake_openai):
     assert len(payload["requests"]) == 7 and payload["errors"].count("") == 6
 
 
-def test_rate_and_warmup_are_honoured(fake_router):
+def test_rate_and_warmup_are_honoured(quick_router):
     requests = ds.random_requests(4, fake.VOCAB, (10, 10), (5, 5), seed=0)
-    spec = LoadSpec(request_rate=10.0, warmup=2, progress=False, seed=1)
-    result = _run(lambda: GrpcBackend(fake_router), requests, spec)
+    spec = LoadSpec(request_rate=40.0, warmup=2, progress=False, seed=1)
+    result = _run(lambda: GrpcBackend(quick_router), requests, spec)
     assert len(result.records) == 4  # the warm-up is not counted
-    planned = arrival_offsets(4, 10.0, 1.0, seed=1)
+    planned = arrival_offsets(4, 40.0, 1.0, seed=1)
     assert [r.scheduled_s for r in result.records] == planned
     assert all(r.start_s >= r.scheduled_s for r in result.records)
 
 
-def test_duration_mode_sends_until_the_time_is_up(fake_router):
+def test_duration_mode_sends_until_the_time_is_up(quick_router):
     requests = ds.random_requests(3, fake.VOCAB, (10, 10), (5, 5), seed=0)  # repeated as often as needed
-    spec = LoadSpec(request_rate=20.0, duration_s=0.6, progress=False, seed=2)
-    result = _run(lambda: GrpcBackend(fake_router), requests, spec)
-    expected = [t for t in arrival_offsets(100, 20.0, 1.0, seed=2) if t < 0.6]
+    spec = LoadSpec(request_rate=40.0, duration_s=0.3, progress=False, seed=2)
+    result = _run(lambda: GrpcBackend(quick_router), requests, spec)
+    expected = [t for t in arrival_offsets(100, 40.0, 1.0, seed=2) if t < 0.3]
     assert [r.scheduled_s for r in result.records] == expected and len(expected) > 3
     assert all(r.ok for r in result.records)
-    closed = _run(lambda: GrpcBackend(fake_router), requests, LoadSpec(max_concurrency=2, duration_s=0.5,
-                                                                        progress=False))
-    assert len(closed.records) >= 2 and all(r.start_s < 0.5 for r in closed.records)
+    closed = _run(lambda: GrpcBackend(quick_router), requests, LoadSpec(max_concurrency=2, duration_s=0.25,
+                                                                         progress=False))
+    # a request lasts 40 ms: two at a time keep sending past the first two, and none starts after the time is up
+    assert len(closed.records) > 2 and all(r.start_s < 0.25 for r in closed.records)
 
 
-def test_cli_end_to_end_against_the_fake_router(fake_router, tmp_path, capsys):
+def test_cli_end_to_end_against_the_fake_router(quick_router, tmp_path, capsys):
     out = tmp_path / "result.json"
-    rc = pdserve(["bench", "serve", "--target", fake_router, "--num-prompts", "4", "--input-len", "8:16", "--output-len", "5",
+    rc = pdserve(["bench", "serve", "--target", quick_router, "--num-prompts", "4", "--input-len", "8:16", "--output-len", "5",
                   "--max-concurrency", "4", "--goodput", "ttft:1000", "--disable-tqdm", "--save-result", str(out)])
     assert rc == 0
     assert "Serving Benchmark Result" in capsys.readouterr().out
@@ -219,14 +237,14 @@ def test_cli_end_to_end_against_the_fake_router(fake_router, tmp_path, capsys):
     assert all(len(r["itl_s"]) == fake.TOKENS - 1 for r in data["requests"])
 
 
-def test_cli_against_the_fake_openai_endpoint(fake_openai, tmp_path, capsys):
+def test_cli_against_the_fake_openai_endpoint(quick_openai, tmp_path, capsys):
     out = tmp_path / "http.json"
-    assert pdserve(["bench", "serve", "--base-url", fake_openai, "--dataset", "builtin", "--num-prompts", "3",
+    assert pdserve(["bench", "serve", "--base-url", quick_openai, "--dataset", "builtin", "--num-prompts", "3",
                     "--output-len", "5", "--disable-tqdm", "--save-result", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["backend"] == "openai" and data["model_id"] == "fake-model" and data["completed"] == 3
     assert data["modeled_mean_ttft_ms"] == pytest.approx(fake.MODELED["ttft_modeled_s"] * 1000)
     capsys.readouterr()
     # random token prompts need the vocabulary, which an OpenAI endpoint does not report
-    assert pdserve(["bench", "serve", "--base-url", fake_openai, "--num-prompts", "2", "--disable-tqdm"]) == 2
+    assert pdserve(["bench", "serve", "--base-url", quick_openai, "--num-prompts", "2", "--disable-tqdm"]) == 2
     assert "--dataset random needs --vocab-size with --base-url" in capsys.readouterr().err

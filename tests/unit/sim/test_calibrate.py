@@ -13,7 +13,7 @@ from pdserve.perfmodel.calibration import FORMAT, apply_calibration
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.calibration_inputs import read_results
 
-WORKLOAD = ["--num-prompts", "40", "--input-len", "200:1000", "--output-len", "40:120"]
+WORKLOAD = ["--num-prompts", "20", "--input-len", "200:1000", "--output-len", "40:120"]
 DEPLOYMENT = "model=deepseek-r1,hardware=H20-141G,gpus=8,tp=8,ep=8,dp_attention=0,software=sglang,gpus_per_node=8"
 
 
