@@ -223,9 +223,11 @@ def add_args(p) -> None:
     p.add_argument("--kv-dtypes", default=",".join(DEFAULT_KV_DTYPES),
                    help=f"KV dtypes, comma separated ({', '.join(KV_DTYPES)})")
     p.add_argument("--peer", default=None, choices=("llama-cpp",),
-                   help="also run llama.cpp on the same file (the peer extra: pip install -e '.[peer]'), one stream, "
-                        "side by side with the engine")
-    p.add_argument("--peer-contexts", default="64,512", help="contexts of the side-by-side comparison")
+                   help="also run llama.cpp on the same file (the peer extra: pip install -e '.[peer]'), side by side "
+                        "with the engine")
+    p.add_argument("--peer-batches", default="1,8,32",
+                   help="batches of the side-by-side comparison (above 1: llama.cpp's batch API)")
+    p.add_argument("--peer-contexts", default="64,512,2048", help="contexts of the side-by-side comparison")
     p.add_argument("--peer-repeats", type=int, default=3, help="rounds of the side-by-side comparison")
     p.add_argument("--skip-table", action="store_true", help="only the side-by-side comparison with --peer")
     p.add_argument("--json", default=None, help="also write the rows to this file")
@@ -238,14 +240,15 @@ def _ints(text: str) -> tuple[int, ...]:
 def main(a) -> int:
     import json
 
-    from pdserve.bench.runtime.peer import compare_with_peer, format_comparison
+    from pdserve.bench.runtime.peer import PEER_STEPS, compare_with_peer, format_comparison
 
     batches, lens, contexts = _ints(a.batches), _ints(a.prompt_lens), _ints(a.contexts)
-    peer_contexts = _ints(a.peer_contexts) if a.peer else ()
+    peer_contexts, peer_batches = (_ints(a.peer_contexts), _ints(a.peer_batches)) if a.peer else ((), ())
     kv_dtypes = tuple(x for x in a.kv_dtypes.split(",") if x)
     # a slab that holds the largest batch at the longest context, as a decode worker sized for it would
     longest = max(contexts + peer_contexts, default=0)
-    runtime = Runtime.load(a.model, slab_seqs=max(batches), slab_tokens=longest + a.steps + 16)
+    steps = max(a.steps, PEER_STEPS) if a.peer else a.steps
+    runtime = Runtime.load(a.model, slab_seqs=max(batches + peer_batches), slab_tokens=longest + steps + 16)
     out: dict = {"model": runtime.model_name, "crossover": runtime.model.crossover}
     if not a.skip_table:
         machine, rows = run_engine_bench(runtime, batches, lens, contexts=contexts, steps=a.steps,
@@ -255,7 +258,7 @@ def main(a) -> int:
     if a.peer:
         runtime.use_kv_dtype(kv_dtypes[0])
         runtime.model.weight_path = "auto"
-        comparison = compare_with_peer(runtime, a.peer, peer_contexts, a.steps, a.peer_repeats)
+        comparison = compare_with_peer(runtime, a.peer, peer_contexts, a.steps, a.peer_repeats, peer_batches)
         print(format_comparison(comparison))
         out["peer"] = comparison
     if a.json:

@@ -41,7 +41,14 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=None, help="GGUF for --compare (default: SmolLM2-135M-Instruct)")
     g.add_argument("--modes", default="in_process,disaggregated,colocated",
                    help="--compare: which of in_process, disaggregated, disaggregated_insecure (the internal plane run "
-                        "with --insecure-internal: what its security costs), colocated")
+                        "with --insecure-internal: what its security costs), colocated, llama_server (llama.cpp's "
+                        "server on the same file and workload)")
+    g.add_argument("--llama-server", default=None, metavar="PATH",
+                   help="--compare: the llama-server binary of the llama_server mode (default: $PDSERVE_LLAMA_SERVER, "
+                        "the PATH, then one built before with --build-llama-server)")
+    g.add_argument("--build-llama-server", action="store_true",
+                   help="--compare: build llama-server from the peer extra's llama.cpp source when none is found "
+                        "(cmake and a C++ compiler; many minutes)")
     g.add_argument("--kv-shm", action="store_true",
                    help="--compare: the disaggregated stack moves KV blocks through shared memory (kvstore and workers)")
     g.add_argument("--prefill-flags", default="", metavar="FLAGS",

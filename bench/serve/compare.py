@@ -4,7 +4,9 @@
 - ``disaggregated``: router -> prefill -> kvstore -> decode, separate processes started here, the internal plane
   secured as ``pdserve up`` starts it (mutual TLS, per-RPC authorization, block MACs);
 - ``disaggregated_insecure``: the same with ``--insecure-internal``, for what the security costs (the ratio line);
-- ``colocated``: router and a decode worker that prefills itself (no kvstore).
+- ``colocated``: router and a decode worker that prefills itself (no kvstore);
+- ``llama_server``: llama.cpp's own server on the same file and workload (bench/serve/llama_server.py), skipped with
+  a message where no llama-server binary is to be had.
 
 Random prompts ignore EOS, so every mode generates the same tokens and output tokens/s compares like with like. For
 the disaggregated stack the KV hand-off is set against what it rides on: the kvstore write per request (the router's
@@ -25,6 +27,7 @@ import numpy as np
 from pdserve.bench.kv.throughput import process_cpu_s
 from pdserve.bench.serve.backends import BenchError, InProcessBackend
 from pdserve.bench.serve.command import load_spec, run_config, run_grpc, with_backend
+from pdserve.bench.serve.llama_server import run_llama_server_mode
 from pdserve.bench.serve.runner import run
 from pdserve.common.scrape import total
 from pdserve.workload.record import LoadSpec
@@ -32,7 +35,7 @@ from pdserve.workload.report import default_result_path, format_result, result_j
 from pdserve.workload.requests import ServedModel, build_requests
 from pdserve.workload.stats import summarize
 
-MODES = ("in_process", "disaggregated", "disaggregated_insecure", "colocated")
+MODES = ("in_process", "disaggregated", "disaggregated_insecure", "colocated", "llama_server")
 
 
 def step_wall_seconds(stack, processes, phase: str) -> float:
@@ -144,6 +147,12 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
             result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
                                               lambda b, _: run(b, requests, spec)))
             backend_name = InProcessBackend.name
+        elif mode == "llama_server":
+            result = run_llama_server_mode(a, requests, spec)
+            if isinstance(result, str):
+                print(f"{mode}: skipped: {result}", flush=True)
+                continue
+            backend_name = "llama.cpp-server"
         else:
             extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
             result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,

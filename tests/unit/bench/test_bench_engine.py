@@ -77,13 +77,16 @@ def test_the_comparison_alternates_engine_and_peer_each_round(q4_runtime, monkey
     class FakePeer:
         version = "test"
 
-        def decode_step_s(self, context, steps, vocab):
-            order.append(("peer", context))
+        def decode_step_s(self, batch, context, steps, vocab):
+            order.append(("peer", batch, context))
             return 0.02
 
     monkeypatch.setattr(peer_module, "load_peer", lambda *a: FakePeer())
-    monkeypatch.setattr(peer_module, "decode_step_s", lambda rt, b, c, s: order.append(("engine", c)) or 0.01)
-    comparison = compare_with_peer(q4_runtime, "llama-cpp", (8, 16), 2, 2)
-    assert order == [("engine", 8), ("peer", 8), ("engine", 16), ("peer", 16)] * 2
+    monkeypatch.setattr(peer_module, "decode_step_s", lambda rt, b, c, s: order.append(("engine", b, c)) or 0.01)
+    comparison = compare_with_peer(q4_runtime, "llama-cpp", (8, 16), 2, 2, batches=(1, 4))
+    cells = [(b, c) for b in (1, 4) for c in (8, 16)]
+    assert order == [(who, b, c) for b, c in cells for who in ("engine", "peer")] * 2
     text = format_comparison(comparison)
-    assert "context 8: pdserve/llama.cpp median 2.00 over 2 rounds" in text
+    assert "batch 1, context 8: pdserve/llama.cpp median 2.00 over 2 rounds" in text
+    assert "batch 4, context 16: pdserve/llama.cpp median 2.00 over 2 rounds" in text
+    assert "    4      16          400.0            200.0               2.00" in text  # tokens/s count the batch

@@ -1,0 +1,175 @@
+"""llama.cpp's own server beside pdserve in ``bench serve --compare`` (the ``llama_server`` mode).
+
+``llama-server`` is llama.cpp's OpenAI-compatible HTTP server: ``-np`` slots decoded together (continuous batching),
+each slot its own KV cells. The mode starts it on the same GGUF file with as many slots as the workload's
+concurrency, every core's thread, loopback only and an API key made for the run, and sends the same requests
+through the OpenAI backend (token-id prompts to ``/v1/completions``, EOS ignored), so its row compares like with like
+with the in-process engine's.
+
+The binary is ``--llama-server PATH``, else ``$PDSERVE_LLAMA_SERVER``, else ``llama-server`` on the PATH, else one
+built before into the cache. ``--build-llama-server`` builds it there from the source of the release the ``peer``
+extra installs (llama-cpp-python's source distribution carries llama.cpp's tree; cmake builds the one target, many
+minutes on 2 cores). Without any of them the mode is skipped with a message naming these ways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from pdserve.launcher.ports import free_port
+from pdserve.workload.datasets import BenchRequest
+from pdserve.workload.record import LoadSpec, RunResult
+
+ENV_BINARY = "PDSERVE_LLAMA_SERVER"
+PEER_REQUIREMENT = "llama-cpp-python>=0.3"  # the peer extra's, in pyproject.toml
+START_TIMEOUT_S = 300.0  # loading the file and warming up; a slow machine's first start
+HOW_TO_GET = (f"pass --llama-server PATH, set ${ENV_BINARY}, put llama-server on the PATH, or add --build-llama-server "
+              "(builds it from the peer extra's llama.cpp source: cmake and a C++ compiler, many minutes)")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "pdserve" / "llama.cpp"
+
+
+def cached_binaries() -> list[Path]:
+    """Servers built before, newest release first."""
+    found = [p for p in cache_dir().glob("*/build/bin/llama-server") if os.access(p, os.X_OK)]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def find_llama_server(explicit: str | None = None) -> Path | None:
+    for candidate in (explicit, os.environ.get(ENV_BINARY), shutil.which("llama-server")):
+        if candidate:
+            return Path(candidate)
+    cached = cached_binaries()
+    return cached[0] if cached else None
+
+
+def peer_version() -> str | None:
+    """The llama-cpp-python release installed for the peer, if any (the server is built from the same one)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-cpp-python")
+    except PackageNotFoundError:
+        return None
+
+
+def build_llama_server(log=print) -> Path:
+    """Download the peer extra's source distribution and build its ``llama-server`` into the cache."""
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"building llama-server needs {tool}, which is not on the PATH")
+    pinned = peer_version()
+    requirement = f"llama-cpp-python=={pinned}" if pinned else PEER_REQUIREMENT
+    with tempfile.TemporaryDirectory(prefix="pdserve-llama-") as tmp:
+        log(f"downloading the source of {requirement} (the peer extra's llama.cpp)")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--quiet",
+                        "-d", tmp, requirement], check=True)
+        (archive,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+        release = archive.name.removeprefix("llama_cpp_python-").removesuffix(".tar.gz")
+        target = cache_dir() / release
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        source = Path(tmp) / f"llama_cpp_python-{release}" / "vendor" / "llama.cpp"
+        build = target / "build"
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        log(f"building llama-server of llama.cpp (llama-cpp-python {release}) in {build}")
+        subprocess.run(["cmake", "-S", str(source), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
+                        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+                        "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"],
+                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(os.cpu_count() or 1)],
+                       check=True, stdout=subprocess.DEVNULL)
+    binary = build / "bin" / "llama-server"
+    if not binary.exists():
+        raise RuntimeError(f"the build finished without {binary}")
+    return binary
+
+
+def server_command(binary: Path, model: Path, port: int, api_key: str, slots: int, ctx_per_slot: int,
+                   threads: int) -> list[str]:
+    """llama-server on loopback: ``slots`` sequences decoded together, each with ``ctx_per_slot`` tokens of KV."""
+    return [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--api-key", api_key,
+            "--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot), "--threads", str(threads),
+            "--threads-batch", str(threads), "--cont-batching", "--no-webui"]
+
+
+class LlamaServer:
+    """A running llama-server, stopped on exit; ``base_url`` and ``api_key`` are the OpenAI backend's."""
+
+    def __init__(self, binary: Path, model: Path, slots: int, ctx_per_slot: int, threads: int) -> None:
+        self.port = free_port()
+        self.api_key = secrets.token_urlsafe(24)
+        self.command = server_command(binary, model, self.port, self.api_key, slots, ctx_per_slot, threads)
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = tempfile.TemporaryFile()
+        self.popen: subprocess.Popen | None = None
+
+    def __enter__(self) -> LlamaServer:
+        self.popen = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._healthy():
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {self.popen.returncode}: {self._tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server not healthy after {START_TIMEOUT_S:.0f} s: {self._tail()}")
+            time.sleep(0.2)  # a process loading a model: nothing to wait on but its port
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self.log.close()
+
+    def _healthy(self) -> bool:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/health",
+                                         headers={"Authorization": f"Bearer {self.api_key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=2) as reply:
+                return reply.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def _tail(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-2000:].strip()
+
+
+def run_llama_server_mode(a: argparse.Namespace, requests: list[BenchRequest], spec: LoadSpec) -> RunResult | str:
+    """The workload against llama-server on ``a.model``; the reason instead where no server can be had."""
+    from pdserve.bench.serve.backends import OpenAIBackend
+    from pdserve.bench.serve.command import with_backend
+    from pdserve.bench.serve.runner import run
+    from pdserve.engine.model.default_model import resolve_model_path
+
+    binary = find_llama_server(a.llama_server)
+    if binary is None:
+        if not a.build_llama_server:
+            return f"no llama-server: {HOW_TO_GET}"
+        binary = build_llama_server()
+    slots = spec.max_concurrency or 64  # the in-process engine's batch when the workload sets none
+    ctx_per_slot = max(len(r.token_ids or ()) + r.output_len for r in requests) + 16
+    if any(r.token_ids is None for r in requests):
+        ctx_per_slot = max(ctx_per_slot, 4096)  # text prompts: their token counts are the server's to find
+    with LlamaServer(binary, resolve_model_path(a.model), slots, ctx_per_slot, os.cpu_count() or 1) as server:
+        return asyncio.run(with_backend(lambda: OpenAIBackend(server.base_url, api_key=server.api_key),
+                                        lambda b, _: run(b, requests, spec)))

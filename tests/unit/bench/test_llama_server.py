@@ -1,0 +1,66 @@
+"""The llama_server mode of `bench serve --compare`: where the binary comes from, how it is started (loopback, a key
+of the run, one slot per concurrent request), and the mode skipped with the ways to get one where there is none."""
+
+import argparse
+
+import pytest
+
+from pdserve.bench.serve import llama_server as ls
+from pdserve.workload.datasets import BenchRequest
+from pdserve.workload.record import LoadSpec
+
+
+def executable(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def nowhere(tmp_path, monkeypatch):
+    """No llama-server anywhere: an empty PATH, no variable, an empty cache."""
+    monkeypatch.delenv(ls.ENV_BINARY, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def test_the_binary_is_the_flag_then_the_variable_then_the_path_then_the_cache(nowhere, monkeypatch):
+    assert ls.find_llama_server() is None
+    built = executable(nowhere / "cache" / "pdserve" / "llama.cpp" / "0.3.36" / "build" / "bin" / "llama-server")
+    assert ls.find_llama_server() == built
+    on_path = executable(nowhere / "bin" / "llama-server")
+    assert ls.find_llama_server() == on_path
+    monkeypatch.setenv(ls.ENV_BINARY, "/opt/llama/llama-server")
+    assert str(ls.find_llama_server()) == "/opt/llama/llama-server"
+    assert str(ls.find_llama_server("/given/llama-server")) == "/given/llama-server"
+
+
+def test_without_a_binary_the_mode_is_skipped_naming_the_ways_to_get_one(nowhere):
+    a = argparse.Namespace(llama_server=None, build_llama_server=False, model=None)
+    reason = ls.run_llama_server_mode(a, [BenchRequest(output_len=4, token_ids=[5, 6])], LoadSpec())
+    assert isinstance(reason, str) and reason.startswith("no llama-server")
+    for way in ("--llama-server PATH", f"${ls.ENV_BINARY}", "PATH", "--build-llama-server"):
+        assert way in reason
+
+
+def test_the_server_listens_on_loopback_with_the_runs_key_and_a_slot_per_request(tmp_path):
+    cmd = ls.server_command(tmp_path / "llama-server", tmp_path / "m.gguf", 4242, "k3y", slots=8, ctx_per_slot=300,
+                            threads=2)
+
+    def flag(name):
+        return cmd[cmd.index(name) + 1]
+
+    assert flag("--host") == "127.0.0.1" and flag("--port") == "4242" and flag("--api-key") == "k3y"
+    assert flag("--parallel") == "8" and flag("--ctx-size") == str(8 * 300)  # the context is shared by the slots
+    assert flag("--threads") == flag("--threads-batch") == "2" and "--cont-batching" in cmd
+
+
+def test_a_server_that_exits_while_starting_is_an_error_with_its_output(tmp_path):
+    fails = tmp_path / "llama-server"
+    fails.write_text("#!/bin/sh\necho 'error: failed to load model' >&2\nexit 3\n")
+    fails.chmod(0o755)
+    with pytest.raises(RuntimeError, match="exited with 3: error: failed to load model"):
+        with ls.LlamaServer(fails, tmp_path / "m.gguf", slots=1, ctx_per_slot=64, threads=1):
+            pass
