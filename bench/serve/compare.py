@@ -126,6 +126,62 @@ def security_cost(secured: dict, insecure: dict) -> str:
             f"{insecure.get('stack_cpu_ms_per_token', 0):.1f} ms)")
 
 
+def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percentiles: tuple[float, ...],
+             slo: dict[str, float], served: ServedModel) -> dict | None:
+    """One mode's run of the workload: its summary, result and configuration; None when the mode is skipped."""
+    prefill_s = cpu_s = None
+    if mode == "in_process":
+        result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
+                                          lambda b, _: run(b, requests, spec)))
+        backend_name = InProcessBackend.name
+    elif mode == "llama_server":
+        result = run_llama_server_mode(a, requests, spec)
+        if isinstance(result, str):
+            print(f"{mode}: skipped: {result}", flush=True)
+            return None
+        backend_name = "llama.cpp-server"
+    else:
+        extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
+        result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
+                                                  insecure_internal=mode == "disaggregated_insecure")
+        backend_name = f"pdserve-{mode}"
+    summary = summarize(result, percentiles, slo)
+    if cpu_s is not None and summary.get("total_output_tokens"):
+        summary["stack_cpu_ms_per_token"] = cpu_s / summary["total_output_tokens"] * 1000
+    print(format_result(summary, f"{mode}", percentiles), flush=True)
+    point = {"summary": summary, "result": result, "config": run_config(a, backend_name, served, spec,
+                                                                         len(result.records))}
+    if mode == "disaggregated":
+        point["handoff"] = handoff(summary, result, prefill_s)
+    if summary["completed"] == 0:
+        e = summary["errors_by_status"][0]
+        raise BenchError(f"{mode}: no request succeeded: {e['status']}: {e['message']}")
+    return point
+
+
+def format_rounds(rounds: list[dict[str, dict]]) -> str:
+    """Each mode's output throughput and its ratio to the in-process engine's of the same round, as medians over the
+    rounds with their range: the figure to quote on a shared machine, where one round's ratio moves by tens of
+    percent."""
+    modes = list(dict.fromkeys(mode for points in rounds for mode in points))
+    lines = [f"medians over {len(rounds)} rounds (ratios taken within each round; the modes' order rotates by round)",
+             f"{'mode':<22} {'out tok/s':>10} {'range':>13} {'vs in-proc':>10} {'range':>11}"]
+    for mode in modes:
+        tps = [p[mode]["summary"]["output_throughput"] for p in rounds if mode in p]
+        ratios = [p[mode]["summary"]["output_throughput"] / p["in_process"]["summary"]["output_throughput"]
+                  for p in rounds if mode in p and "in_process" in p]
+        ratio = (f"{np.median(ratios):>10.2f} {min(ratios):>5.2f}-{max(ratios):<5.2f}" if ratios
+                 else f"{'-':>10} {'':>11}")
+        lines.append(f"{mode:<22} {np.median(tps):>10.1f} {min(tps):>6.1f}-{max(tps):<6.1f} {ratio}")
+    shares = [p["disaggregated"]["handoff"]["mean_kv_store_ms"] / p["disaggregated"]["handoff"][
+        "prefill_compute_per_request_ms"] * 100 for p in rounds
+        if "disaggregated" in p and p["disaggregated"]["handoff"]["prefill_compute_per_request_ms"]]
+    if shares:
+        lines.append(f"disaggregated kvstore write per request: median {np.median(shares):.1f}% of prefill compute "
+                     f"({min(shares):.1f}-{max(shares):.1f}%)")
+    return "\n".join(lines)
+
+
 def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict[str, float]) -> int:
     from pdserve.engine.runtime import model_metadata
 
@@ -135,47 +191,32 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         raise ValueError(f"--modes: {','.join(unknown) or '(none)'} not among {','.join(MODES)}")
+    if a.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {a.rounds}")
     _, config, name = model_metadata(a.model)
     served = ServedModel(name, config.vocab_size, config.context_length)
     requests = build_requests(a, served)
     spec = load_spec(a)
-    points: dict[str, dict] = {}
-    for mode in modes:
-        print(f"--- {mode} ---", flush=True)
-        prefill_s = cpu_s = None
-        if mode == "in_process":
-            result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
-                                              lambda b, _: run(b, requests, spec)))
-            backend_name = InProcessBackend.name
-        elif mode == "llama_server":
-            result = run_llama_server_mode(a, requests, spec)
-            if isinstance(result, str):
-                print(f"{mode}: skipped: {result}", flush=True)
-                continue
-            backend_name = "llama.cpp-server"
-        else:
-            extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
-            result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
-                                                      insecure_internal=mode == "disaggregated_insecure")
-            backend_name = f"pdserve-{mode}"
-        summary = summarize(result, percentiles, slo)
-        if cpu_s is not None and summary.get("total_output_tokens"):
-            summary["stack_cpu_ms_per_token"] = cpu_s / summary["total_output_tokens"] * 1000
-        print(format_result(summary, f"{mode}", percentiles), flush=True)
-        points[mode] = {"summary": summary, "result": result,
-                        "config": run_config(a, backend_name, served, spec, len(result.records))}
-        if mode == "disaggregated":
-            points[mode]["handoff"] = handoff(summary, result, prefill_s)
-        if summary["completed"] == 0:
-            e = summary["errors_by_status"][0]
-            raise BenchError(f"{mode}: no request succeeded: {e['status']}: {e['message']}")
     workload = describe_workload(a, len(requests), spec)
     workload += "".join(f"; {role} flags: {flags}" for role, flags in (("prefill", a.prefill_flags),
                                                                        ("decode", a.decode_flags)) if flags)
-    print(format_comparison(workload, points))
+    rounds: list[dict[str, dict]] = []
+    for r in range(a.rounds):
+        points: dict[str, dict] = {}
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each round starts with the next mode
+            print(f"--- {mode}" + (f", round {r + 1} of {a.rounds}" if a.rounds > 1 else "") + " ---", flush=True)
+            point = run_mode(a, mode, requests, spec, percentiles, slo, served)
+            if point is not None:
+                points[mode] = point
+        points = {mode: points[mode] for mode in modes if mode in points}
+        print(format_comparison(workload, points), flush=True)
+        rounds.append(points)
+    if a.rounds > 1:
+        print(format_rounds(rounds))
     if a.save_result is not None:
         path = a.save_result or default_result_path("compare")
-        save_json(path, {mode: dict(result_json(p["summary"], p["config"], p["result"]), **p.get("handoff", {}))
-                         for mode, p in points.items()})
+        saved = [{mode: dict(result_json(p["summary"], p["config"], p["result"]), **p.get("handoff", {}))
+                  for mode, p in points.items()} for points in rounds]
+        save_json(path, saved[0] if len(saved) == 1 else {"rounds": saved})
         print(f"result written to {path}")
     return 0

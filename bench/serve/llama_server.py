@@ -51,8 +51,11 @@ def cached_binaries() -> list[Path]:
 
 
 def find_llama_server(explicit: str | None = None) -> Path | None:
-    for candidate in (explicit, os.environ.get(ENV_BINARY), shutil.which("llama-server")):
+    for source, candidate in (("--llama-server", explicit), (f"${ENV_BINARY}", os.environ.get(ENV_BINARY)),
+                              ("the PATH", shutil.which("llama-server"))):
         if candidate:
+            if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+                raise ValueError(f"{source}: {candidate} is not an executable file")
             return Path(candidate)
     cached = cached_binaries()
     return cached[0] if cached else None

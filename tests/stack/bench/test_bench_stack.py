@@ -2,6 +2,7 @@
 clear errors (exit code 2, one line, no traceback) for a bad target or a bad dataset."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,9 +15,9 @@ ROOT = REPO_ROOT
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def pdserve(*args: str) -> subprocess.CompletedProcess:
+def pdserve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pdserve.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +65,17 @@ def test_sweep_draws_plots(stack, tmp_path, capsys):
 
 
 def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path):
+    no_llama_server = {"PATH": os.path.dirname(sys.executable), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+                       "PDSERVE_LLAMA_SERVER": ""}
     out = pdserve("bench", "serve", "--compare", "--model", str(tiny_model_path), "--modes",
-                  "in_process,disaggregated,disaggregated_insecure",
+                  "in_process,disaggregated,disaggregated_insecure,llama_server",
                   "--num-prompts", "6", "--input-len", "32", "--output-len", "4", "--max-concurrency", "3",
-                  "--disable-tqdm", "--save-result", str(tmp_path / "c.json"), "--prefill-flags", "--max-num-batched-tokens 16")
+                  "--disable-tqdm", "--save-result", str(tmp_path / "c.json"), "--prefill-flags", "--max-num-batched-tokens 16",
+                  env=no_llama_server)
     assert out.returncode == 0, out.stderr
+    # llama.cpp's server is not to be had here: its mode is skipped, saying how to get one, and the others still run
+    assert "llama_server: skipped: no llama-server: pass --llama-server PATH" in out.stdout
+    assert not any(line.startswith("llama_server ") for line in out.stdout.splitlines())
     assert "in_process" in out.stdout and "disaggregated" in out.stdout
     assert "; prefill flags: --max-num-batched-tokens 16" in out.stdout  # 32-token prompts in two steps
     assert "% of prefill compute" in out.stdout and "decode's KV fetch" in out.stdout

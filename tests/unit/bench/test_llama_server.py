@@ -32,9 +32,17 @@ def test_the_binary_is_the_flag_then_the_variable_then_the_path_then_the_cache(n
     assert ls.find_llama_server() == built
     on_path = executable(nowhere / "bin" / "llama-server")
     assert ls.find_llama_server() == on_path
-    monkeypatch.setenv(ls.ENV_BINARY, "/opt/llama/llama-server")
-    assert str(ls.find_llama_server()) == "/opt/llama/llama-server"
-    assert str(ls.find_llama_server("/given/llama-server")) == "/given/llama-server"
+    named = executable(nowhere / "opt" / "llama-server")
+    monkeypatch.setenv(ls.ENV_BINARY, str(named))
+    assert ls.find_llama_server() == named
+    given = executable(nowhere / "given" / "llama-server")
+    assert ls.find_llama_server(str(given)) == given
+    # a path that names nothing runnable is an error naming where it came from, not a fall-through
+    with pytest.raises(ValueError, match="--llama-server: /nonexistent/llama-server is not an executable file"):
+        ls.find_llama_server("/nonexistent/llama-server")
+    monkeypatch.setenv(ls.ENV_BINARY, str(nowhere / "cache"))
+    with pytest.raises(ValueError, match=f"\\${ls.ENV_BINARY}: .* is not an executable file"):
+        ls.find_llama_server()
 
 
 def test_without_a_binary_the_mode_is_skipped_naming_the_ways_to_get_one(nowhere):
