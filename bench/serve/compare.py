@@ -172,7 +172,7 @@ def format_rounds(rounds: list[dict[str, dict]]) -> str:
                   for p in rounds if mode in p and "in_process" in p]
         ratio = (f"{np.median(ratios):>10.2f} {min(ratios):>5.2f}-{max(ratios):<5.2f}" if ratios
                  else f"{'-':>10} {'':>11}")
-        lines.append(f"{mode:<22} {np.median(tps):>10.1f} {min(tps):>6.1f}-{max(tps):<6.1f} {ratio}")
+        lines.append(f"{mode:<22} {np.median(tps):>10.1f} {min(tps):>6.1f}-{max(tps):<6.1f} {ratio}".rstrip())
     shares = [p["disaggregated"]["handoff"]["mean_kv_store_ms"] / p["disaggregated"]["handoff"][
         "prefill_compute_per_request_ms"] * 100 for p in rounds
         if "disaggregated" in p and p["disaggregated"]["handoff"]["prefill_compute_per_request_ms"]]
