@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdserve.common.processes import stop_processes
 from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.common.server import PARENT_ENV
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
@@ -222,16 +223,7 @@ class Stack(StackSecurity):
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM in stages (router, then workers, then kvstores) so nothing talks to a stopped peer; kill leftovers."""
         for stage in reversed(self._stages()):
-            running = [p for p in stage if p.popen is not None and p.popen.poll() is None]
-            for p in running:
-                p.popen.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            for p in running:
-                try:
-                    p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    p.popen.kill()
-                    p.popen.wait()
+            stop_processes([p.popen for p in stage if p.popen is not None], grace_s)
         if self.owns_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 

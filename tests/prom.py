@@ -9,6 +9,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from pdserve.common.processes import stop_processes
 from pdserve.common.readiness import http_ok, wait_for
 from pdserve.launcher.ports import free_port
 
@@ -52,9 +53,4 @@ class Prometheus:
         wait_for(lambda: http_ok(f"{self.url}/-/ready"), timeout_s, "prometheus ready", self.proc, self.log.read_text)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_processes([self.proc])

@@ -27,6 +27,7 @@ from functools import partial
 import grpc
 
 from pdserve.bench.faults.chaos import rss_mb
+from pdserve.common.processes import stop_processes
 from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.common.server import channel
 from pdserve.kvstore.client import BlockData, KVStoreClient
@@ -64,12 +65,7 @@ class KVStoreProcess:
         return rss_mb(self.proc.pid)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_processes([self.proc], grace_s=30)
 
 
 async def _fill(kv: KVStoreClient, start: int, stop: int, nbytes: int = TINY_BYTES) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 from pdserve.bench.kv.sink import SinkClient, message_sizes
 from pdserve.common.certs import make_identities
 from pdserve.common.identity import Identity
+from pdserve.common.processes import stop_processes
 from pdserve.common.readiness import grpc_serving, wait_for
 from pdserve.kvstore.client import BlockData, KVStoreClient
 from pdserve.kvstore.wire import CHUNK_BYTES
@@ -222,13 +223,7 @@ def run_kv_bench(total_mb: float, block_bytes: int, streams: tuple[int, ...], re
             pids = {name: proc.pid for name, proc in procs.items()}
             return asyncio.run(_measure(targets, identities, pids, total_bytes, block_bytes, streams, repeat))
         finally:
-            for proc in procs.values():
-                proc.terminate()
-            for proc in procs.values():
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_processes(procs.values())
 
 
 def format_kv_table(rows: list[KVBenchRow], block_bytes: int) -> str:

@@ -23,11 +23,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
-import urllib.error
-import urllib.request
+from functools import partial
 from pathlib import Path
 
+from pdserve.common.processes import stop_processes
+from pdserve.common.readiness import http_ok, wait_for
 from pdserve.launcher.ports import free_port
 from pdserve.workload.datasets import BenchRequest
 from pdserve.workload.record import LoadSpec, RunResult
@@ -124,33 +124,18 @@ class LlamaServer:
 
     def __enter__(self) -> LlamaServer:
         self.popen = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._healthy():
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.popen.returncode}: {self._tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server not healthy after {START_TIMEOUT_S:.0f} s: {self._tail()}")
-            time.sleep(0.2)  # a process loading a model: nothing to wait on but its port
+        try:  # /health answers without the key, 200 once the model is loaded
+            wait_for(partial(http_ok, f"http://127.0.0.1:{self.port}/health"), START_TIMEOUT_S, "llama-server healthy",
+                     self.popen, self._tail)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        if self.popen is not None:
+            stop_processes([self.popen])
         self.log.close()
-
-    def _healthy(self) -> bool:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/health",
-                                         headers={"Authorization": f"Bearer {self.api_key}"})
-        try:
-            with urllib.request.urlopen(request, timeout=2) as reply:
-                return reply.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
 
     def _tail(self) -> str:
         self.log.seek(0)
