@@ -3,12 +3,12 @@
 ``pdserve bench engine --peer llama-cpp`` loads llama.cpp through its Python binding (llama-cpp-python, which builds
 llama.cpp from source when installed: the ``peer`` extra) with as many threads as the engine uses. For every batch
 and context it fills both caches with the same random tokens and times decode steps of each (the median of
-``steps``), alternating engine and peer in every round so that both see the same machine. One stream goes through
-the binding's ``Llama.eval``; a batch of ``B`` streams through llama.cpp's batch API, as its ``llama-batched-bench``
-and its server run them: one context holding ``B`` sequences (``n_seq_max``), each with its own KV cells (filled
-once and copied, as the engine's rows fill theirs without a prefill), and one ``llama_decode`` per step carrying a
-token of each. Where the binding is not installed, or cannot load the file, the
-comparison is skipped with the reason.
+``steps``), alternating engine and peer in every round so that both see the same machine. Every batch, one stream
+included, goes through llama.cpp's batch API as its ``llama-batched-bench`` and its server run it, with the
+context defaults they use (flash attention where llama.cpp chooses it): one context holding ``B`` sequences
+(``n_seq_max``), each with its own KV cells (filled once and copied, as the engine's rows fill theirs without a
+prefill), and one ``llama_decode`` per step carrying a token of each. Where the binding is not installed, or cannot
+load the file, the comparison is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -79,22 +79,17 @@ class BatchedDecoder:
 class LlamaCppPeer:
     """llama.cpp on one GGUF file."""
 
-    def __init__(self, path: Path, threads: int, n_ctx: int) -> None:
+    def __init__(self, path: Path, threads: int) -> None:
         from llama_cpp import Llama  # the peer extra
 
-        self.threads, self.n_ctx = threads, n_ctx
-        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                         n_batch=FILL_CHUNK, verbose=False)
+        self.threads = threads
+        # loads the weights; every measurement makes a context of its own on them
+        self.llm = Llama(model_path=str(path), n_ctx=KV_PAD, n_threads=threads, verbose=False)
         self.version = _version()
 
     def decode_step_s(self, batch: int, context: int, steps: int, vocab: int) -> float:
         """Median seconds of one decode step of ``batch`` sequences after prompts of ``context`` tokens."""
         rng = np.random.default_rng(0)
-        if batch == 1:
-            tokens = rng.integers(3, vocab, context + steps).tolist()
-            self.llm.reset()
-            self.llm.eval(tokens[:context])
-            return float(np.median([_timed(self.llm.eval, [t]) for t in tokens[context:]]))
         decoder = BatchedDecoder(self.llm.model, self.threads, batch, context + steps + 16)
         try:
             decoder.fill(rng.integers(3, vocab, context).tolist(), batch)
@@ -105,18 +100,12 @@ class LlamaCppPeer:
             decoder.close()
 
 
-def _timed(fn, *args) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
-
-
-def load_peer(name: str, path: Path, threads: int, n_ctx: int) -> LlamaCppPeer | str:
+def load_peer(name: str, path: Path, threads: int) -> LlamaCppPeer | str:
     """The peer, or the reason it cannot run here."""
     if name != "llama-cpp":
         return f"unknown peer {name!r}"
     try:
-        return LlamaCppPeer(path, threads, n_ctx)
+        return LlamaCppPeer(path, threads)
     except ImportError:
         return ("llama-cpp-python is not installed (pip install -e '.[peer]' builds llama.cpp from source; it needs "
                 "a C/C++ compiler and cmake)")
@@ -129,7 +118,7 @@ def compare_with_peer(runtime: Runtime, name: str, contexts: tuple[int, ...], st
     """Rounds of (engine, peer) decode step times per batch and context, the engine on its ``auto`` path."""
     path = runtime.model.path
     threads = runtime.model.parallel.threads
-    peer = load_peer(name, path, threads, max(contexts) + PEER_STEPS + 16)
+    peer = load_peer(name, path, threads)
     if isinstance(peer, str):
         return {"peer": name, "skipped": peer}
     steps = max(steps, PEER_STEPS)

@@ -21,13 +21,14 @@ import argparse
 import asyncio
 import math
 import shlex
+from pathlib import Path
 
 import numpy as np
 
 from pdserve.bench.kv.throughput import process_cpu_s
 from pdserve.bench.serve.backends import BenchError, InProcessBackend
 from pdserve.bench.serve.command import load_spec, run_config, run_grpc, with_backend
-from pdserve.bench.serve.llama_server import run_llama_server_mode
+from pdserve.bench.serve.llama_server import resolve_llama_server, run_llama_server_mode
 from pdserve.bench.serve.runner import run
 from pdserve.common.scrape import total
 from pdserve.workload.record import LoadSpec
@@ -127,18 +128,19 @@ def security_cost(secured: dict, insecure: dict) -> str:
 
 
 def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percentiles: tuple[float, ...],
-             slo: dict[str, float], served: ServedModel) -> dict | None:
-    """One mode's run of the workload: its summary, result and configuration; None when the mode is skipped."""
+             slo: dict[str, float], served: ServedModel, llama_server: Path | str | None = None) -> dict | None:
+    """One mode's run of the workload: its summary, result and configuration; None when the mode is skipped
+    (``llama_server``: the binary of that mode, or why there is none)."""
     prefill_s = cpu_s = None
     if mode == "in_process":
         result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
                                           lambda b, _: run(b, requests, spec)))
         backend_name = InProcessBackend.name
     elif mode == "llama_server":
-        result = run_llama_server_mode(a, requests, spec)
-        if isinstance(result, str):
-            print(f"{mode}: skipped: {result}", flush=True)
+        if not isinstance(llama_server, Path):
+            print(f"{mode}: skipped: {llama_server}", flush=True)
             return None
+        result = run_llama_server_mode(llama_server, a.model, requests, spec)
         backend_name = "llama.cpp-server"
     else:
         extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
@@ -200,12 +202,13 @@ def run_compare(a: argparse.Namespace, percentiles: tuple[float, ...], slo: dict
     workload = describe_workload(a, len(requests), spec)
     workload += "".join(f"; {role} flags: {flags}" for role, flags in (("prefill", a.prefill_flags),
                                                                        ("decode", a.decode_flags)) if flags)
+    llama_server = resolve_llama_server(a) if "llama_server" in modes else None
     rounds: list[dict[str, dict]] = []
     for r in range(a.rounds):
         points: dict[str, dict] = {}
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each round starts with the next mode
             print(f"--- {mode}" + (f", round {r + 1} of {a.rounds}" if a.rounds > 1 else "") + " ---", flush=True)
-            point = run_mode(a, mode, requests, spec, percentiles, slo, served)
+            point = run_mode(a, mode, requests, spec, percentiles, slo, served, llama_server)
             if point is not None:
                 points[mode] = point
         points = {mode: points[mode] for mode in modes if mode in points}

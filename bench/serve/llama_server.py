@@ -37,6 +37,7 @@ PEER_REQUIREMENT = "llama-cpp-python>=0.3"  # the peer extra's, in pyproject.tom
 START_TIMEOUT_S = 300.0  # loading the file and warming up; a slow machine's first start
 HOW_TO_GET = (f"pass --llama-server PATH, set ${ENV_BINARY}, put llama-server on the PATH, or add --build-llama-server "
               "(builds it from the peer extra's llama.cpp source: cmake and a C++ compiler, many minutes)")
+KEY_ENV = "LLAMA_API_KEY"  # llama-server reads its key from here: not on the command line, where ps shows it
 
 
 def cache_dir() -> Path:
@@ -45,9 +46,10 @@ def cache_dir() -> Path:
 
 
 def cached_binaries() -> list[Path]:
-    """Servers built before, newest release first."""
+    """Servers built before: the installed peer release's first, then the most recently built."""
     found = [p for p in cache_dir().glob("*/build/bin/llama-server") if os.access(p, os.X_OK)]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    pinned = peer_version()
+    return sorted(found, key=lambda p: (p.parents[2].name == pinned, p.stat().st_mtime), reverse=True)
 
 
 def find_llama_server(explicit: str | None = None) -> Path | None:
@@ -73,15 +75,16 @@ def peer_version() -> str | None:
 
 def build_llama_server(log=print) -> Path:
     """Download the peer extra's source distribution and build its ``llama-server`` into the cache."""
-    for tool in ("cmake", "c++"):
+    for tool in ("cmake", "cc", "c++"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"building llama-server needs {tool}, which is not on the PATH")
     pinned = peer_version()
     requirement = f"llama-cpp-python=={pinned}" if pinned else PEER_REQUIREMENT
     with tempfile.TemporaryDirectory(prefix="pdserve-llama-") as tmp:
         log(f"downloading the source of {requirement} (the peer extra's llama.cpp)")
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--quiet",
-                        "-d", tmp, requirement], check=True)
+        _step("downloading llama-cpp-python's source", [sys.executable, "-m", "pip", "download", "--no-binary",
+                                                        "llama-cpp-python", "--no-deps", "--quiet", "-d", tmp,
+                                                        requirement])
         (archive,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
         release = archive.name.removeprefix("llama_cpp_python-").removesuffix(".tar.gz")
         target = cache_dir() / release
@@ -89,24 +92,32 @@ def build_llama_server(log=print) -> Path:
             tar.extractall(tmp, filter="data")
         source = Path(tmp) / f"llama_cpp_python-{release}" / "vendor" / "llama.cpp"
         build = target / "build"
+        shutil.rmtree(build, ignore_errors=True)  # a build cut short keeps a cache naming a source that is gone
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         log(f"building llama-server of llama.cpp (llama-cpp-python {release}) in {build}")
-        subprocess.run(["cmake", "-S", str(source), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
-                        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
-                        "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"],
-                       check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(os.cpu_count() or 1)],
-                       check=True, stdout=subprocess.DEVNULL)
+        _step("configuring llama.cpp", ["cmake", "-S", str(source), "-B", str(build), *generator,
+                                        "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF",
+                                        "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+                                        "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"])
+        _step("building llama-server", ["cmake", "--build", str(build), "--target", "llama-server", "-j",
+                                        str(os.cpu_count() or 1)])
     binary = build / "bin" / "llama-server"
     if not binary.exists():
         raise RuntimeError(f"the build finished without {binary}")
     return binary
 
 
-def server_command(binary: Path, model: Path, port: int, api_key: str, slots: int, ctx_per_slot: int,
-                   threads: int) -> list[str]:
-    """llama-server on loopback: ``slots`` sequences decoded together, each with ``ctx_per_slot`` tokens of KV."""
-    return [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--api-key", api_key,
+def _step(what: str, command: list[str]) -> None:
+    """One step of the build; its failure an error that says which step and shows the end of its output."""
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stdout[-2000:].strip()}")
+
+
+def server_command(binary: Path, model: Path, port: int, slots: int, ctx_per_slot: int, threads: int) -> list[str]:
+    """llama-server on loopback: ``slots`` sequences decoded together, each with ``ctx_per_slot`` tokens of KV (the
+    API key goes in the environment, ``KEY_ENV``)."""
+    return [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot), "--threads", str(threads),
             "--threads-batch", str(threads), "--cont-batching", "--no-webui"]
 
@@ -117,14 +128,18 @@ class LlamaServer:
     def __init__(self, binary: Path, model: Path, slots: int, ctx_per_slot: int, threads: int) -> None:
         self.port = free_port()
         self.api_key = secrets.token_urlsafe(24)
-        self.command = server_command(binary, model, self.port, self.api_key, slots, ctx_per_slot, threads)
+        self.command = server_command(binary, model, self.port, slots, ctx_per_slot, threads)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log = tempfile.TemporaryFile()
         self.popen: subprocess.Popen | None = None
 
     def __enter__(self) -> LlamaServer:
-        self.popen = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
         try:  # /health answers without the key, 200 once the model is loaded
+            try:
+                self.popen = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT,
+                                              env={**os.environ, KEY_ENV: self.api_key})
+            except OSError as exc:
+                raise RuntimeError(f"llama-server {self.command[0]} could not start: {exc}") from None
             wait_for(partial(http_ok, f"http://127.0.0.1:{self.port}/health"), START_TIMEOUT_S, "llama-server healthy",
                      self.popen, self._tail)
         except BaseException:
@@ -142,22 +157,28 @@ class LlamaServer:
         return self.log.read().decode(errors="replace")[-2000:].strip()
 
 
-def run_llama_server_mode(a: argparse.Namespace, requests: list[BenchRequest], spec: LoadSpec) -> RunResult | str:
-    """The workload against llama-server on ``a.model``; the reason instead where no server can be had."""
-    from pdserve.bench.serve.backends import OpenAIBackend
-    from pdserve.bench.serve.command import with_backend
-    from pdserve.bench.serve.runner import run
-    from pdserve.engine.model.default_model import resolve_model_path
-
+def resolve_llama_server(a: argparse.Namespace) -> Path | str:
+    """The binary the llama_server mode runs (built first with ``--build-llama-server`` where none is found), or
+    the reason there is none. Called before the first mode runs, so a bad path or a failed build costs no run."""
     binary = find_llama_server(a.llama_server)
     if binary is None:
         if not a.build_llama_server:
             return f"no llama-server: {HOW_TO_GET}"
         binary = build_llama_server()
+    return binary
+
+
+def run_llama_server_mode(binary: Path, model: str | None, requests: list[BenchRequest], spec: LoadSpec) -> RunResult:
+    """The workload against ``binary`` serving ``model``."""
+    from pdserve.bench.serve.backends import OpenAIBackend
+    from pdserve.bench.serve.command import with_backend
+    from pdserve.bench.serve.runner import run
+    from pdserve.engine.model.default_model import resolve_model_path
+
     slots = spec.max_concurrency or 64  # the in-process engine's batch when the workload sets none
     ctx_per_slot = max(len(r.token_ids or ()) + r.output_len for r in requests) + 16
     if any(r.token_ids is None for r in requests):
         ctx_per_slot = max(ctx_per_slot, 4096)  # text prompts: their token counts are the server's to find
-    with LlamaServer(binary, resolve_model_path(a.model), slots, ctx_per_slot, os.cpu_count() or 1) as server:
+    with LlamaServer(binary, resolve_model_path(model), slots, ctx_per_slot, os.cpu_count() or 1) as server:
         return asyncio.run(with_backend(lambda: OpenAIBackend(server.base_url, api_key=server.api_key),
                                         lambda b, _: run(b, requests, spec)))
