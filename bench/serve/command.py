@@ -47,9 +47,16 @@ async def with_backend(factory: Callable[[], object],
         await backend.close()
 
 
+def run_workload(factory: Callable[[], object], requests: list[ds.BenchRequest], spec: LoadSpec,
+                 on_start=None) -> RunResult:
+    """One run against the backend ``factory`` makes, from synchronous code (the benchmarks that start what they
+    load: stacks, the in-process engine, llama.cpp's server)."""
+    return asyncio.run(with_backend(factory, lambda b, _: run(b, requests, spec, on_start)))
+
+
 def run_grpc(target: str, requests: list[ds.BenchRequest], spec: LoadSpec, on_start=None) -> RunResult:
-    """One run against a router, from synchronous code (the benchmarks that start their own stacks)."""
-    return asyncio.run(with_backend(lambda: GrpcBackend(target), lambda b, _: run(b, requests, spec, on_start)))
+    """One run against a router."""
+    return run_workload(lambda: GrpcBackend(target), requests, spec, on_start)
 
 
 def run_config(a: argparse.Namespace, backend_name: str, served: ServedModel, spec: LoadSpec, n: int) -> dict:

@@ -18,7 +18,6 @@ the run, divided by the requests), not against a TTFT that queueing dominates; a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import shlex
 from pathlib import Path
@@ -27,9 +26,8 @@ import numpy as np
 
 from pdserve.bench.kv.throughput import process_cpu_s
 from pdserve.bench.serve.backends import BenchError, InProcessBackend
-from pdserve.bench.serve.command import load_spec, run_config, run_grpc, with_backend
+from pdserve.bench.serve.command import load_spec, run_config, run_grpc, run_workload
 from pdserve.bench.serve.llama_server import resolve_llama_server, run_llama_server_mode
-from pdserve.bench.serve.runner import run
 from pdserve.common.scrape import total
 from pdserve.workload.record import LoadSpec
 from pdserve.workload.report import default_result_path, format_result, result_json, save_json
@@ -78,6 +76,13 @@ def handoff(summary: dict, result, prefill_s: float | None) -> dict:
     return out
 
 
+def kv_write_share(d: dict) -> float | None:
+    """The kvstore write per request as a percentage of the prefill compute per request; None where the workers'
+    metrics did not give the compute."""
+    per_request = d["prefill_compute_per_request_ms"]
+    return d["mean_kv_store_ms"] / per_request * 100 if per_request else None
+
+
 def describe_workload(a: argparse.Namespace, n: int, spec: LoadSpec) -> str:
     shape = (f"{a.input_len}-token prompts, {a.output_len or 128} output tokens" if a.dataset == "random"
              else f"dataset {a.dataset}")
@@ -101,8 +106,8 @@ def format_comparison(workload: str, points: dict[str, dict]) -> str:
                      f"{s['duration']:>9.1f}")
     d = points.get("disaggregated", {}).get("handoff")
     if d:
-        if d["prefill_compute_per_request_ms"]:
-            share = d["mean_kv_store_ms"] / d["prefill_compute_per_request_ms"] * 100
+        share = kv_write_share(d)
+        if share is not None:
             lines.append(f"disaggregated KV hand-off per request: kvstore write {d['mean_kv_store_ms']:.1f} ms = "
                          f"{share:.1f}% of prefill compute ({d['prefill_compute_per_request_ms']:.1f} ms: "
                          f"{d['prefill_compute_s']:.2f} s of prefill steps / requests)")
@@ -133,8 +138,7 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
     (``llama_server``: the binary of that mode, or why there is none)."""
     prefill_s = cpu_s = None
     if mode == "in_process":
-        result = asyncio.run(with_backend(lambda: InProcessBackend(a.model, spec.max_concurrency or 64),
-                                          lambda b, _: run(b, requests, spec)))
+        result = run_workload(lambda: InProcessBackend(a.model, spec.max_concurrency or 64), requests, spec)
         backend_name = InProcessBackend.name
     elif mode == "llama_server":
         if not isinstance(llama_server, Path):
@@ -175,9 +179,8 @@ def format_rounds(rounds: list[dict[str, dict]]) -> str:
         ratio = (f"{np.median(ratios):>10.2f} {min(ratios):>5.2f}-{max(ratios):<5.2f}" if ratios
                  else f"{'-':>10} {'':>11}")
         lines.append(f"{mode:<22} {np.median(tps):>10.1f} {min(tps):>6.1f}-{max(tps):<6.1f} {ratio}".rstrip())
-    shares = [p["disaggregated"]["handoff"]["mean_kv_store_ms"] / p["disaggregated"]["handoff"][
-        "prefill_compute_per_request_ms"] * 100 for p in rounds
-        if "disaggregated" in p and p["disaggregated"]["handoff"]["prefill_compute_per_request_ms"]]
+    shares = [share for p in rounds if "disaggregated" in p
+              for share in [kv_write_share(p["disaggregated"]["handoff"])] if share is not None]
     if shares:
         lines.append(f"disaggregated kvstore write per request: median {np.median(shares):.1f}% of prefill compute "
                      f"({min(shares):.1f}-{max(shares):.1f}%)")

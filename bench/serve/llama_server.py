@@ -15,7 +15,6 @@ minutes on 2 cores). Without any of them the mode is skipped with a message nami
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import secrets
 import shutil
@@ -26,8 +25,11 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
+from pdserve.bench.serve.backends import OpenAIBackend
+from pdserve.bench.serve.command import run_workload
 from pdserve.common.processes import stop_processes
 from pdserve.common.readiness import http_ok, wait_for
+from pdserve.engine.model.default_model import resolve_model_path
 from pdserve.launcher.ports import free_port
 from pdserve.workload.datasets import BenchRequest
 from pdserve.workload.record import LoadSpec, RunResult
@@ -170,15 +172,9 @@ def resolve_llama_server(a: argparse.Namespace) -> Path | str:
 
 def run_llama_server_mode(binary: Path, model: str | None, requests: list[BenchRequest], spec: LoadSpec) -> RunResult:
     """The workload against ``binary`` serving ``model``."""
-    from pdserve.bench.serve.backends import OpenAIBackend
-    from pdserve.bench.serve.command import with_backend
-    from pdserve.bench.serve.runner import run
-    from pdserve.engine.model.default_model import resolve_model_path
-
     slots = spec.max_concurrency or 64  # the in-process engine's batch when the workload sets none
     ctx_per_slot = max(len(r.token_ids or ()) + r.output_len for r in requests) + 16
     if any(r.token_ids is None for r in requests):
         ctx_per_slot = max(ctx_per_slot, 4096)  # text prompts: their token counts are the server's to find
     with LlamaServer(binary, resolve_model_path(model), slots, ctx_per_slot, os.cpu_count() or 1) as server:
-        return asyncio.run(with_backend(lambda: OpenAIBackend(server.base_url, api_key=server.api_key),
-                                        lambda b, _: run(b, requests, spec)))
+        return run_workload(lambda: OpenAIBackend(server.base_url, api_key=server.api_key), requests, spec)
