@@ -1,7 +1,7 @@
 """A calibration file: the performance model's fitted constants for one deployment, fitted to a user's own runs by
 ``pdserve calibrate`` (sim/calibrate.py), and applied with ``--calibration CAL.json``.
 
-It holds the constants ``python -m perfmodel.fit`` fits on published rows (the per-layer and per-request overheads of
+It holds the constants ``python -m perfmodel.fit`` fits on published rows (the per-kernel and per-request overheads of
 one software profile on one GPU family, perfmodel/overheads.py), the deployment they were fitted for, and the range of
 workloads they were fitted on (prompt and output lengths, the load), so that predictions far outside it are warned
 about. Applying it overlays those constants on data/calibration.json's for the whole process.
@@ -15,10 +15,14 @@ from pathlib import Path
 
 from pdserve.perfmodel import overheads
 from pdserve.perfmodel.deployment import Deployment, parse_deployment
+from pdserve.perfmodel.kernels import kernels_per_layer
 from pdserve.perfmodel.software import SOFTWARE
 
-FORMAT = "pdserve-calibration/1"
-PARAMETERS = ("layer_overhead_s", "request_overhead_s")
+FORMAT = "pdserve-calibration/2"
+# Format 1 fitted an overhead per layer; 2 fits one per kernel launched (perfmodel/kernels.py). A format-1 file is read
+# by dividing its per-layer figure by the mean kernels per layer of the model it was fitted for: the same step times.
+FORMAT_PER_LAYER = "pdserve-calibration/1"
+PARAMETERS = ("kernel_overhead_s", "request_overhead_s")
 # how far outside the fitted range a prediction may go before it is warned about
 RANGE_FACTOR = 2.0
 
@@ -32,7 +36,12 @@ def table_key(d: Deployment) -> str:
 def current(d: Deployment) -> dict[str, float]:
     """The constants a deployment's timing uses now."""
     o = d.timing().overheads
-    return {"layer_overhead_s": o.layer_overhead_s, "request_overhead_s": o.request_overhead_s}
+    return {"kernel_overhead_s": o.kernel_overhead_s, "request_overhead_s": o.request_overhead_s}
+
+
+def describe_value(name: str, seconds: float) -> str:
+    """A constant in the unit people read it in: microseconds per kernel, milliseconds per request."""
+    return f"{seconds * 1e6:.2f} us" if name == "kernel_overhead_s" else f"{seconds * 1e3:.2f} ms"
 
 
 def trial_table(d: Deployment, values: dict[str, float]) -> dict:
@@ -57,16 +66,22 @@ def load(path: str | Path) -> dict:
         raise FileNotFoundError(f"calibration: {path}: no such file") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"calibration: {path}: not a JSON file ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") not in (FORMAT, FORMAT_PER_LAYER):
         raise ValueError(f"calibration: {path}: not a calibration file (format {FORMAT!r}; pdserve calibrate writes "
                          "one)")
+    fitted = parse_deployment(str(data.get("deployment", "")), None, "calibration deployment")
     params = data.get("parameters")
+    if data["format"] == FORMAT_PER_LAYER and isinstance(params, dict) and "layer_overhead_s" in params:
+        per_layer = params.pop("layer_overhead_s")
+        if isinstance(per_layer, (int, float)):
+            timing = fitted.timing()
+            per_layer /= kernels_per_layer(timing.model, timing.gpu)
+        params["kernel_overhead_s"] = per_layer
     if not isinstance(params, dict) or set(params) - set(PARAMETERS) or not params:
         raise ValueError(f"calibration: {path}: 'parameters' must hold some of {', '.join(PARAMETERS)}")
     for k, v in params.items():
         if not isinstance(v, (int, float)) or not 0 <= v < 1:
             raise ValueError(f"calibration: {path}: parameters.{k} must be a number of seconds in [0, 1), got {v!r}")
-    parse_deployment(str(data.get("deployment", "")), None, "calibration deployment")
     return data
 
 

@@ -19,16 +19,16 @@ from pdserve.perfmodel.validate import evaluate, format_table, rows, validate
 
 # (table key, constant): the calibration rows it is fitted on. Rows must be marked "calibration" in the CSV.
 PLAN: dict[tuple[str, str], list[str]] = {
-    ("sglang@hopper", "layer_overhead_s"): ["h200-tp8-c4"],
+    ("sglang@hopper", "kernel_overhead_s"): ["h200-tp8-c4"],
     ("sglang@hopper", "request_overhead_s"): ["h100x16-tp16-ttft-128"],
     ("global", "internode_allreduce_latency_s"): ["h100x16-tp16-c1"],
-    ("sglang@h20", "layer_overhead_s"): ["h20-ant-decode-bs8-ep16"],
-    ("vllm-awq@hopper", "layer_overhead_s"): ["h100-awq-c1"],
+    ("sglang@h20", "kernel_overhead_s"): ["h20-ant-decode-bs8-ep16"],
+    ("vllm-awq@hopper", "kernel_overhead_s"): ["h100-awq-c1"],
     ("vllm-awq@hopper", "request_overhead_s"): ["h100-awq-ttft-128"],
-    ("vllm@hopper", "layer_overhead_s"): ["h200-vllm-tp8-c4"],
+    ("vllm@hopper", "kernel_overhead_s"): ["h200-vllm-tp8-c4"],
     ("vllm@hopper", "request_overhead_s"): ["h200-vllm-tp8-c4-ttft"],
 }
-START = {"layer_overhead_s": 100e-6, "request_overhead_s": 10e-3, "internode_allreduce_latency_s": 30e-6}
+START = {"kernel_overhead_s": 3e-6, "request_overhead_s": 10e-3, "internode_allreduce_latency_s": 30e-6}
 
 
 def _table(theta: np.ndarray, calibration: list[str]) -> dict:

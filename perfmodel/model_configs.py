@@ -66,7 +66,7 @@ PUBLISHED: dict[str, dict] = {
         "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 5120, "num_hidden_layers": 92,
         "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
         "moe_intermediate_size": 1536, "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8,
-        "first_k_dense_replace": 3, "n_group": 1, "topk_group": 1, "vocab_size": 151552,
+        "first_k_dense_replace": 3, "n_group": 1, "topk_group": 1, "use_qk_norm": True, "vocab_size": 151552,
         "max_position_embeddings": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
         (355, 32, CARD.format("zai-org/GLM-4.5"), 0.03),
         {"glm4.5": "", "THUDM/GLM-4.5": "", "zai-org/GLM-4.5-FP8": "fp8", "glm-4.5-fp8": "fp8"}),

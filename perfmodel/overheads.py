@@ -1,8 +1,9 @@
 """Serving-stack overheads per software and hardware family: fitted, never guessed.
 
-Per-layer, per-step and per-request overheads (launches, norms, routing, scheduling, sampling, API hops) are what the
-rooflines do not see. They depend on the serving stack *and* the GPU (an H20 has 78 SMs against an H100's 132, so
-its small kernels are slower), so each (software, family) pair has its own figures, fitted by
+Per-kernel, per-step and per-request overheads (launch gaps and small kernels, scheduling, sampling, API hops) are
+what the rooflines do not see; the per-kernel one is charged for every kernel a forward launches (kernels.py). They
+depend on the serving stack *and* the GPU (an H20 has 78 SMs against an H100's 132, so its small kernels are slower),
+so each (software, family) pair has its own figures, fitted by
 ``python -m perfmodel.fit`` on named calibration rows of data/published_measurements.csv and stored in
 data/calibration.json together with those row names. A pair without a fit falls back to the Hopper figures and says so.
 """
@@ -15,12 +16,12 @@ from functools import lru_cache
 from pathlib import Path
 
 CALIBRATION = Path(__file__).resolve().parent / "data" / "calibration.json"
-FITTED = ("layer_overhead_s", "request_overhead_s")
+FITTED = ("kernel_overhead_s", "request_overhead_s")
 
 
 @dataclass(frozen=True)
 class Overheads:
-    layer_overhead_s: float  # per layer per forward step
+    kernel_overhead_s: float  # per kernel a forward launches (kernels.py counts them)
     step_overhead_s: float  # per forward step: scheduling, sampling, graph replay
     request_overhead_s: float  # per request, on TTFT: HTTP, tokenization, scheduler hops
     fitted_on: tuple[str, ...] = ()
@@ -75,5 +76,5 @@ def overheads(software: str, gpu_name: str, defaults: dict[str, float]) -> Overh
     source = "; ".join(used) if used else f"defaults (no fit for {key})"
     if used and key not in table:
         source += f"; no fit for {key}"
-    return Overheads(values["layer_overhead_s"], values["step_overhead_s"], values["request_overhead_s"], tuple(rows),
+    return Overheads(values["kernel_overhead_s"], values["step_overhead_s"], values["request_overhead_s"], tuple(rows),
                      source)

@@ -1,4 +1,4 @@
-"""What each serving stack adds on top of the kernels' roofline: its per-layer, per-step and per-request overheads
+"""What each serving stack adds on top of the kernels' roofline: its per-kernel, per-step and per-request overheads
 (fallbacks; the fitted figures live in data/calibration.json), its GEMM kernels and its prefill chunk."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ class SoftwareProfile:
     figures per GPU family live in data/calibration.json (``python -m perfmodel.fit``)."""
 
     name: str
-    layer_overhead_s: float
+    kernel_overhead_s: float  # per kernel launched (perfmodel/kernels.py)
     step_overhead_s: float
     request_overhead_s: float = 0.0
     gemm_efficiency_scale: float = 1.0  # e.g. weight-only int4 kernels reach less of the GEMM peak
@@ -26,17 +26,17 @@ class SoftwareProfile:
 
 SOFTWARE: dict[str, SoftwareProfile] = {
     # SGLang-class stack with CUDA graphs, DeepGEMM / fused MoE kernels, FlashMLA.
-    "sglang": SoftwareProfile("sglang", layer_overhead_s=95e-6, step_overhead_s=0.5e-3, request_overhead_s=5e-3),
+    "sglang": SoftwareProfile("sglang", kernel_overhead_s=3e-6, step_overhead_s=0.5e-3, request_overhead_s=5e-3),
     # SGLang 0.4 (early 2025): the same kernels' costs as far as any public run tells them apart; its scheduling
     # defaults differ (engine/sched/profiles.py).
-    "sglang-0.4": SoftwareProfile("sglang-0.4", layer_overhead_s=95e-6, step_overhead_s=0.5e-3,
+    "sglang-0.4": SoftwareProfile("sglang-0.4", kernel_overhead_s=3e-6, step_overhead_s=0.5e-3,
                                   request_overhead_s=5e-3, fitted_as="sglang", fp8_kernels="triton"),
     # vLLM V1 serving the FP8 checkpoint (CUDA graphs, FlashMLA): fitted on its own runs.
-    "vllm": SoftwareProfile("vllm", layer_overhead_s=95e-6, step_overhead_s=1.0e-3, request_overhead_s=18e-3),
+    "vllm": SoftwareProfile("vllm", kernel_overhead_s=3e-6, step_overhead_s=1.0e-3, request_overhead_s=18e-3),
     # vLLM 0.7 (the V0 engine): vLLM's costs, V0's scheduling.
-    "vllm-0.7": SoftwareProfile("vllm-0.7", layer_overhead_s=95e-6, step_overhead_s=1.0e-3,
+    "vllm-0.7": SoftwareProfile("vllm-0.7", kernel_overhead_s=3e-6, step_overhead_s=1.0e-3,
                                 request_overhead_s=18e-3, fitted_as="vllm", fp8_kernels="triton"),
     # vLLM serving AWQ (int4 weight-only) DeepSeek-R1: slower MoE kernels and more per-request overhead.
-    "vllm-awq": SoftwareProfile("vllm-awq", layer_overhead_s=215e-6, step_overhead_s=1.0e-3,
+    "vllm-awq": SoftwareProfile("vllm-awq", kernel_overhead_s=8e-6, step_overhead_s=1.0e-3,
                                 request_overhead_s=18e-3, prefill_chunk_tokens=8192),
 }

@@ -7,8 +7,9 @@ query heads to the kernel's 64-row tile), dense FFNs, shared experts, routed exp
 expert-parallel GPU under group-limited routing, see routing.py), the output head. Communication per layer:
 tensor-parallel all-reduce (interpolated from measured NVLink figures; over the NICs when the group spans nodes) and
 expert-parallel all-to-all (NVLink inside a node, NICs across nodes). Two-batch overlap runs two half batches and hides
-communication behind compute. Per-layer, per-step and per-request overheads are fitted per software and GPU family
-(overheads.py). ``explain`` keeps every group's FLOPs, bytes and bound so the arithmetic can be checked by hand.
+communication behind compute. Per-kernel (times the kernels a forward launches, kernels.py), per-step and per-request
+overheads are fitted per software and GPU family (overheads.py). ``explain`` keeps every group's FLOPs, bytes and
+bound so the arithmetic can be checked by hand.
 
 Over 300 lines because the operator groups, the per-rank step composition (``step_time``) and the overlap/overhead
 finish share one cost vocabulary and are checked against each other to 1e-12; moving the composition to its own
@@ -24,6 +25,7 @@ from pdserve.perfmodel.costs import Breakdown, GroupCost
 from pdserve.perfmodel.handoff import HandOff
 from pdserve.perfmodel.hardware import GPU
 from pdserve.perfmodel.hardware import gpu as gpu_by_name
+from pdserve.perfmodel.kernels import kernels_per_forward, layer_kernels
 from pdserve.perfmodel.models import BYTES_PER_PARAM, ModelProfile, model_profile
 from pdserve.perfmodel.overheads import Overheads, overheads
 from pdserve.perfmodel.parallel import ParallelConfig
@@ -84,7 +86,7 @@ class TimingModel:
         self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
         self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP
         self.overheads: Overheads = overheads(software.fitted_as or software.name, self.gpu.name, {
-            "layer_overhead_s": software.layer_overhead_s, "step_overhead_s": software.step_overhead_s,
+            "kernel_overhead_s": software.kernel_overhead_s, "step_overhead_s": software.step_overhead_s,
             "request_overhead_s": software.request_overhead_s})
 
     # --- rooflines ----------------------------------------------------------------------------------------------------
@@ -301,7 +303,7 @@ class TimingModel:
 
     def _finish(self, group_sets: list[dict[str, GroupCost]], tokens: int, prefilling: bool) -> Breakdown:
         """The step's breakdown from its (one, or two overlapped) micro-batches' groups: communication exposed or
-        hidden, the SMs DeepEP holds, and the per-layer and per-step overheads."""
+        hidden, the SMs DeepEP holds, and the per-kernel and per-step overheads."""
         p = self.parallel
         groups = group_sets[0]
         for other in group_sets[1:]:
@@ -322,9 +324,11 @@ class TimingModel:
         else:
             parts["communication"] = comm
             groups["communication"] = GroupCost(compute_s=comm)
-        parts["overhead"] = self.model.n_layers * self.overheads.layer_overhead_s + self.overheads.step_overhead_s
+        kernels = kernels_per_forward(self.model, self.gpu)
+        parts["overhead"] = kernels * self.overheads.kernel_overhead_s + self.overheads.step_overhead_s
         groups["overhead"] = GroupCost(compute_s=parts["overhead"], factors={
-            "per_layer_us": self.overheads.layer_overhead_s * 1e6, "per_step_us": self.overheads.step_overhead_s * 1e6})
+            "kernels": kernels, "per_kernel_us": self.overheads.kernel_overhead_s * 1e6,
+            "per_step_us": self.overheads.step_overhead_s * 1e6})
         return Breakdown(parts, tokens=tokens, groups=groups)
 
     # --- the questions the services ask ---------------------------------------------------------------------------------
@@ -358,6 +362,12 @@ class TimingModel:
             total.add(self.forward(step, head_rows=heads, decode=False))
             pending = [item for item in pending if item[0] > 0]
         return total
+
+    def draft_layer_overhead_s(self) -> float:
+        """The per-kernel overhead of one more decoder layer (a multi-token-prediction draft layer): the kernels of
+        the model's last layer."""
+        k = layer_kernels(self.model, self.gpu)
+        return (k.attention + (k.moe_ffn or k.dense_ffn)) * self.overheads.kernel_overhead_s
 
     def ttft(self, prompt_len: int, cached: int = 0) -> float:
         """Time to first token of a lone request: request overhead + its prefill."""

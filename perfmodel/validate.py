@@ -175,7 +175,7 @@ def predict(row: dict, tm: TimingModel) -> float:
     seconds = step.seconds
     if draft > 1:  # the draft (MTP) layer: one more layer's work and overhead, plus its head
         layer_work = sum(v for k, v in step.parts.items() if k not in ("overhead", "lm_head")) / tm.model.n_layers
-        seconds += layer_work + step.parts["lm_head"] + tm.overheads.layer_overhead_s + tm.overheads.step_overhead_s
+        seconds += layer_work + step.parts["lm_head"] + tm.draft_layer_overhead_s() + tm.overheads.step_overhead_s
     tokens_per_s = seqs * accept / seconds
     return tokens_per_s / (p.gpus if metric == "decode_throughput_per_gpu" else p.nodes)
 

@@ -2,7 +2,7 @@
 
 Each run (sim/calibration_inputs.py) is replayed in the simulator on the cluster the flags describe (one prefill and
 one decode instance of ``--deployment`` by default, as ``pdserve simulate``): its requests' prompt and output
-lengths, its rate, burstiness and concurrency cap. The per-layer and per-request overheads of the deployment's
+lengths, its rate, burstiness and concurrency cap. The per-kernel and per-request overheads of the deployment's
 software on its GPU family (the constants ``python -m perfmodel.fit`` fits on published rows) are then fitted by
 perfmodel/fit.py's Gauss-Newton so that the replays' mean TTFT and mean TPOT match the measured ones (relative
 errors). The fit is printed (each run's figures before and after, each constant and how far it moved) and written
@@ -108,9 +108,8 @@ def report(runs: list[Measurement], f: Fit) -> list[str]:
     lines.append(f"constants of {f.key}:")
     for name in cal.PARAMETERS:
         b, a = f.before[name], f.after[name]
-        unit, scale = ("us", 1e6) if name == "layer_overhead_s" else ("ms", 1e3)
         moved = f"{100 * (a / b - 1):+.1f}%" if b else "from 0"
-        lines.append(f"  {name:<20} {b * scale:10.2f} {unit} -> {a * scale:10.2f} {unit} ({moved})")
+        lines.append(f"  {name:<20} {cal.describe_value(name, b):>13} -> {cal.describe_value(name, a):>13} ({moved})")
     return lines
 
 

@@ -15,7 +15,7 @@ import argparse
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.engine.sched.scheduler import SchedulerRole as Role
 from pdserve.perfmodel import overheads
-from pdserve.perfmodel.calibration import PARAMETERS
+from pdserve.perfmodel.calibration import PARAMETERS, describe_value
 from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.calibrate import FIGURES, fit, replay
 from pdserve.sim.calibration_inputs import Measurement
@@ -74,7 +74,8 @@ def run(calibrate_on: list[str], predict: list[str]) -> tuple[dict, list[tuple[M
 def markdown(info: dict, held: list[tuple[Measurement, dict, dict]]) -> str:
     f = info["fit"]
     lines = [f"Calibrated on {', '.join(info['calibrate_on'])}: "
-             + "; ".join(f"{p} {f.before[p] * 1e3:.3f} -> {f.after[p] * 1e3:.3f} ms" for p in PARAMETERS), "",
+             + "; ".join(f"{p} {describe_value(p, f.before[p])} -> {describe_value(p, f.after[p])}" for p in PARAMETERS),
+             "",
              "| held-out row | " + " | ".join(f"{label}: measured, before, after" for _, label in FIGURES) + " |",
              "|---" * (len(FIGURES) + 1) + "|"]
     for m, b, a in held:

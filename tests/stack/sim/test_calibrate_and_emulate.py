@@ -16,11 +16,11 @@ WORKLOAD = ["--input-len", "200:600", "--output-len", "30:60"]
 # each run draws its own prompts: a second run of the same prompts on the same stack would hit the first's prefix
 # cache, which a simulation of that run alone does not hold
 SEEDS = {4: "1", 16: "2"}
-# the emulated cluster is not the published one: its per-layer overhead is 250 us where the published fit says 335
-TRUTH = {"format": "pdserve-calibration/1", "table_key": "sglang@h20",
+# the emulated cluster is not the published one: its per-kernel overhead is 8 us where the published fit says 10.7
+TRUTH = {"format": "pdserve-calibration/2", "table_key": "sglang@h20",
          "deployment": "model=deepseek-r1,hardware=H20-141G,gpus=8,tp=8,ep=8,dp_attention=0,software=sglang,"
                        "gpus_per_node=8",
-         "parameters": {"layer_overhead_s": 250e-6, "request_overhead_s": 0.0}}
+         "parameters": {"kernel_overhead_s": 8e-6, "request_overhead_s": 0.0}}
 
 
 def bench(target: str, out, *args: str) -> dict:
@@ -59,7 +59,7 @@ def measured(tmp_path_factory):
 
 def test_calibrating_at_one_concurrency_predicts_the_tpot_of_another(measured):
     runs, cal, predicted = measured
-    assert cal["parameters"]["layer_overhead_s"] == pytest.approx(250e-6, rel=0.15)  # the stack's, not the published
+    assert cal["parameters"]["kernel_overhead_s"] == pytest.approx(8e-6, rel=0.15)  # the stack's, not the published
     c16 = runs[16]
     assert predicted["mean_tpot_ms"] == pytest.approx(c16["modeled_mean_tpot_ms"], rel=0.10)
 

@@ -9,8 +9,9 @@ import pytest
 
 from pdserve.cli.main import main as cli_main
 from pdserve.perfmodel import overheads
-from pdserve.perfmodel.calibration import FORMAT, apply_calibration
+from pdserve.perfmodel.calibration import FORMAT, FORMAT_PER_LAYER, apply_calibration
 from pdserve.perfmodel.deployment import Deployment
+from pdserve.perfmodel.kernels import kernels_per_layer
 from pdserve.sim.calibration_inputs import read_results
 
 WORKLOAD = ["--num-prompts", "20", "--input-len", "200:1000", "--output-len", "40:120"]
@@ -23,9 +24,9 @@ def _restore_overheads():
     overheads.use_table(None)
 
 
-def calibration_file(path, layer_s: float, request_s: float) -> str:
+def calibration_file(path, kernel_s: float, request_s: float) -> str:
     path.write_text(json.dumps({"format": FORMAT, "deployment": DEPLOYMENT, "table_key": "sglang@h20",
-                                "parameters": {"layer_overhead_s": layer_s, "request_overhead_s": request_s}}))
+                                "parameters": {"kernel_overhead_s": kernel_s, "request_overhead_s": request_s}}))
     return str(path)
 
 
@@ -39,22 +40,36 @@ def measured_run(tmp_path, name: str, rate: str, truth: str) -> str:
 
 
 def test_the_fit_recovers_the_overheads_the_runs_were_made_with(tmp_path, capsys):
-    truth = calibration_file(tmp_path / "truth.json", 250e-6, 0.060)
+    truth = calibration_file(tmp_path / "truth.json", 8e-6, 0.060)  # the published H20 fit: 10.7 us per kernel
     runs = [measured_run(tmp_path, "r2.json", "2", truth), measured_run(tmp_path, "r4.json", "4", truth)]
     out = tmp_path / "cal.json"
     assert cli_main(["calibrate", *runs, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     cal = json.loads(out.read_text())
     assert cal["deployment"] == DEPLOYMENT and cal["table_key"] == "sglang@h20"
-    assert cal["parameters"]["layer_overhead_s"] == pytest.approx(250e-6, rel=0.05)
+    assert cal["parameters"]["kernel_overhead_s"] == pytest.approx(8e-6, rel=0.05)
     assert cal["parameters"]["request_overhead_s"] == pytest.approx(0.060, rel=0.10)
     for run in cal["runs"]:  # before: the published fit's error; after: within a few percent
         assert abs(run["after"]["mean_tpot_ms"] / run["measured"]["mean_tpot_ms"] - 1) < 0.03
         assert abs(run["before"]["mean_tpot_ms"] / run["measured"]["mean_tpot_ms"] - 1) > 0.10
-    assert "layer_overhead_s" in text and "->" in text and "mean TTFT (ms)" in text
+    assert "kernel_overhead_s" in text and "->" in text and "mean TTFT (ms)" in text
     # applied, the model predicts the measured runs
     apply_calibration(str(out))
-    assert Deployment().timing().overheads.layer_overhead_s == pytest.approx(250e-6, rel=0.05)
+    assert Deployment().timing().overheads.kernel_overhead_s == pytest.approx(8e-6, rel=0.05)
+
+
+def test_a_per_layer_file_of_the_first_format_gives_the_same_step_times(tmp_path):
+    """Format 1 fitted an overhead per layer: read as that figure over the model's mean kernels per layer, it prices
+    the deployment's steps as it did."""
+    per_layer = 250e-6
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"format": FORMAT_PER_LAYER, "deployment": DEPLOYMENT, "table_key": "sglang@h20",
+                                "parameters": {"layer_overhead_s": per_layer, "request_overhead_s": 0.06}}))
+    apply_calibration(str(path))
+    t = Deployment().timing()
+    assert t.overheads.kernel_overhead_s == pytest.approx(per_layer / kernels_per_layer(t.model, t.gpu))
+    assert t.decode_step_time([1000] * 8).parts["overhead"] == pytest.approx(
+        t.model.n_layers * per_layer + t.overheads.step_overhead_s)
 
 
 def test_vllm_and_sglang_formats_are_read(tmp_path):

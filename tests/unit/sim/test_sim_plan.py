@@ -76,7 +76,7 @@ def test_a_sensitivity_variant_reaches_the_simulated_steps():
     (it used to rebuild a default one when it resolved the software's memory fraction, and every variant gave the
     same answer as the model itself)."""
     base = Deployment()
-    half = variant(base, next(change for name, _, change in VARIANTS if name == "per-layer overhead x0.5"))
+    half = variant(base, next(change for name, _, change in VARIANTS if name == "per-kernel overhead x0.5"))
     requests = [SimRequest(list(range(1, 400)), 20) for _ in range(4)]
 
     def duration(d: Deployment) -> float:
