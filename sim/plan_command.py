@@ -129,8 +129,6 @@ def cmd_plan(a: argparse.Namespace) -> int:
         check_range(load(calibration), planner.mean_in, planner.mean_out)
     modeled.profile()  # an unknown model (or a config.json it cannot model) is refused here, naming the known ones
     hardware = plan_hardware(a.hardware, modeled, "hardware=" in (a.deployment or ""))
-    requests, _ = build_workload(a)
-    planner = Planner(requests, slo, SchedulerOverrides.from_args(a), a.probes, a.burstiness, a.seed)
     try:
         tp_sizes = tuple(int(x) for x in a.tp_sizes.split(",") if x.strip())
     except ValueError:

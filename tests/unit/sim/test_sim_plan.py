@@ -42,6 +42,15 @@ def test_candidates_hold_the_model_with_the_memory_their_software_leaves():
     assert (16, True) not in pool and (16, False) in pool
 
 
+def test_plan_without_probes_searches_with_the_default_count(capsys):
+    """--probes left out: the search runs with its default count (the flag's None once reached the search loop)."""
+    rc = cli_main(["plan", "--num-prompts", "20", "--input-len", "200:400", "--output-len", "20:40",
+                   "--hardware", "H20-141G", "--max-nodes", "1", "--no-dp-attention", "--instance-sizes", "1",
+                   "--ttft-p90", "2s", "--tpot-p90", "60ms"])
+    assert rc == 0
+    assert "winner: 1 colocated of 8xH20-141G TP8 EP8" in capsys.readouterr().out
+
+
 def test_parse_duration():
     assert parse_duration("2s", "ttft_p90") == 2.0 and parse_duration("50ms", "tpot_p90") == pytest.approx(0.05)
     with pytest.raises(ValueError, match="tpot_p90"):
