@@ -23,6 +23,9 @@ FORMAT = "pdserve-calibration/2"
 # by dividing its per-layer figure by the mean kernels per layer of the model it was fitted for: the same step times.
 FORMAT_PER_LAYER = "pdserve-calibration/1"
 PARAMETERS = ("kernel_overhead_s", "request_overhead_s")
+# the size each constant has in practice (the published fits): a fit's finite differences are relative to it when the
+# constant itself is smaller, or zero
+TYPICAL = {"kernel_overhead_s": 3e-6, "request_overhead_s": 0.05}
 # how far outside the fitted range a prediction may go before it is warned about
 RANGE_FACTOR = 2.0
 

@@ -67,29 +67,48 @@ def fit(iterations: int = 12) -> dict:
     calib = [all_rows[n] for n in names]
     theta = np.array([START[name] for _, name in PLAN])
     try:
-        return _table(gauss_newton(lambda t: _residuals(t, calib), theta, iterations), names)
+        return _table(gauss_newton(lambda t: _residuals(t, calib), theta, theta, iterations), names)
     finally:
         overheads.use_table(None)
 
 
-def gauss_newton(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, iterations: int = 12,
-                 tolerance: float = 1e-6, rel_step: float = 1e-3) -> np.ndarray:
-    """Non-negative constants minimizing the sum of squared residuals: Gauss-Newton steps with a finite-difference
-    Jacobian (the model is nearly linear in its overheads). The one fitting routine: this module's fit over the
+BACKTRACKS = 8  # halvings of a Gauss-Newton step before the fit stops where it is
+
+
+def gauss_newton(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, typical: np.ndarray,
+                 iterations: int = 12, tolerance: float = 1e-6, rel_step: float = 1e-3) -> np.ndarray:
+    """Non-negative constants minimizing the sum of squared residuals: damped Gauss-Newton steps (each halved until
+    it lowers the squared residuals) with a finite-difference Jacobian (the model is nearly linear in its
+    overheads). The one fitting routine: this module's fit over the
     published rows and ``pdserve calibrate``'s over a user's own runs (perfmodel/calibration.py) both use it.
-    ``rel_step``: the finite difference, relative to each constant (a whole simulated run responds in steps, so its
-    fit needs a wider one than the step-time rows)."""
+    ``rel_step``: the finite difference, relative to each constant or to its ``typical`` size when the constant is
+    smaller (zero included); a whole simulated run responds in steps, so its fit needs a wider one than the step-time
+    rows. The step must not have an absolute floor: constants range from microseconds per kernel to a tenth of a second
+    per request, and a floor sized for one is a coarse step for the other (a 1e-7 s floor was 3.5% of a 2.8 us
+    per-kernel figure, and moved a calibration's per-request overhead from 367 to 779 ms)."""
     theta = np.asarray(theta, dtype=float)
+    typical = np.abs(np.asarray(typical, dtype=float))
+    r0 = residuals(theta)
     for _ in range(iterations):
-        r0 = residuals(theta)
         jac = np.empty((len(r0), len(theta)))
         for j in range(len(theta)):
             step = np.zeros_like(theta)
-            step[j] = max(1e-7, abs(theta[j]) * rel_step)
+            step[j] = max(abs(theta[j]), typical[j]) * rel_step
             jac[:, j] = (residuals(theta + step) - r0) / step[j]
         delta, *_ = np.linalg.lstsq(jac, -r0, rcond=None)
-        theta = np.maximum(theta + delta, 0.0)
-        if np.max(np.abs(delta) / np.maximum(np.abs(theta), 1e-9)) < tolerance:
+        # damped: a step is taken only if it lowers the squared residuals, halved until it does (a replay's figures
+        # move in steps, so a full Gauss-Newton step can overshoot into a worse basin)
+        for _ in range(BACKTRACKS):
+            trial = np.maximum(theta + delta, 0.0)
+            r_trial = residuals(trial)
+            if r_trial @ r_trial < r0 @ r0:
+                break
+            delta = delta / 2
+        else:
+            break
+        moved = np.max(np.abs(trial - theta) / np.maximum(np.abs(trial), 1e-12))
+        theta, r0 = trial, r_trial
+        if moved < tolerance:
             break
     return theta
 

@@ -82,7 +82,8 @@ def fit(runs: list[Measurement], deployment, spec_of, parameters: tuple[str, ...
     try:
         start = np.array([before[p] for p in parameters])
         predicted_before = predict(start)
-        theta = gauss_newton(residuals, start, iterations=12, tolerance=1e-4, rel_step=REL_STEP)
+        typical = np.array([cal.TYPICAL[p] for p in parameters])
+        theta = gauss_newton(residuals, start, typical, iterations=12, tolerance=1e-4, rel_step=REL_STEP)
         after = dict(before, **dict(zip(parameters, (float(x) for x in theta))))
         predicted_after = predict(theta)
     finally:

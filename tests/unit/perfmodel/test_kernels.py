@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from pdserve.perfmodel.fit import gauss_newton
 from pdserve.perfmodel.kernels import kernels_per_forward, kernels_per_layer, layer_kernels
 from pdserve.perfmodel.models import model_profile
 from pdserve.perfmodel.parallel import ParallelConfig
@@ -47,3 +49,30 @@ def test_the_step_overhead_is_kernels_times_the_per_kernel_figure():
     halved = TimingModel(replace(t.model, n_layers=t.model.n_layers // 2), "H100", t.parallel, "vllm")
     assert halved.decode_step_time([1000]).parts["overhead"] - t.overheads.step_overhead_s == pytest.approx(
         (step.parts["overhead"] - t.overheads.step_overhead_s) / 2)
+
+
+def test_the_fits_finite_differences_are_relative_to_each_constant():
+    """A per-kernel constant is microseconds, a per-request one a tenth of a second: each is probed by rel_step of
+    itself (an absolute 1e-7 s floor probed 2.8 us by 3.5% and moved a calibration's other constant 2x), and a zero
+    constant by rel_step of its typical size."""
+    probes: list[np.ndarray] = []
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        probes.append(theta.copy())
+        return np.array([theta[0] / 2.845e-6 - 1.0, theta[1] / 0.139 - 1.0])
+
+    start = np.array([2.845e-6, 0.0])
+    theta = gauss_newton(residuals, start, np.array([1e-6, 0.05]), iterations=1, rel_step=0.02)
+    assert probes[1][0] / start[0] - 1 == pytest.approx(0.02)
+    assert probes[2][1] == pytest.approx(0.05 * 0.02)
+    assert theta == pytest.approx([2.845e-6, 0.139])
+
+
+def test_a_gauss_newton_step_that_overshoots_is_halved():
+    """arctan's full Gauss-Newton step from 2 away overshoots further each time (the undamped fit diverges); halving
+    each step until the squared residual falls converges on the root."""
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        return np.arctan(theta - 5.0)
+
+    theta = gauss_newton(residuals, np.array([7.0]), np.array([1.0]), iterations=30, tolerance=1e-9)
+    assert theta[0] == pytest.approx(5.0, abs=1e-6)
