@@ -197,6 +197,7 @@ def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO,
 
 STEADY_E2E = 4.0  # a probe sends for at least this many mean request lifetimes, so queues reach their steady state
 MAX_PROBE_REQUESTS = 20_000
+MORE_HALVINGS = 6  # after the probes, down to 1/64 of the last failing rate before a layout is said to hold none
 
 
 class Planner:
@@ -228,7 +229,10 @@ class Planner:
 
     def evaluate(self, c: Candidate) -> Outcome:
         """Bracket the highest passing rate (from 1.5 x the roofline estimate, doubling while it still passes, at
-        most twice), then bisect it with the probes left."""
+        most twice), then bisect it with the probes left. If none of those passed, keep halving (at most
+        MORE_HALVINGS times): an estimate far above what the layout holds (prompts stalling a colocated instance's
+        decodes, which the roofline does not see) would otherwise report a layout that holds a lower rate as
+        holding none."""
         out = Outcome(c)
         lo, hi = 0.0, 1.5 * capacity_estimate(c, self.mean_in, self.mean_out, self.slo, self.overrides)
         for _ in range(3):
@@ -243,6 +247,13 @@ class Planner:
             p = self.probe(c, mid)
             out.probes.append(p)
             lo, hi = (mid, hi) if p.met else (lo, mid)
+        for _ in range(MORE_HALVINGS):
+            if lo > 0:
+                break
+            hi /= 2
+            out.probes.append(self.probe(c, hi))
+            if out.probes[-1].met:
+                lo = hi
         return out
 
 

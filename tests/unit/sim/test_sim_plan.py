@@ -10,9 +10,10 @@ from pdserve.cli.main import main as cli_main
 from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, check_deployment
+from pdserve.sim import planner as planner_module
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.plan_checks import parse_duration
-from pdserve.sim.planner import candidates
+from pdserve.sim.planner import SLO, Candidate, Planner, Probe, candidates
 from pdserve.sim.sensitivity import VARIANTS, variant
 
 
@@ -49,6 +50,22 @@ def test_plan_without_probes_searches_with_the_default_count(capsys):
                    "--ttft-p90", "2s", "--tpot-p90", "60ms"])
     assert rc == 0
     assert "winner: 1 colocated of 8xH20-141G TP8 EP8" in capsys.readouterr().out
+
+
+def test_a_layout_holding_far_less_than_its_estimate_is_found(monkeypatch):
+    """Three probes from an estimate 20x too high all fail; the search keeps halving until a rate passes, where it
+    used to report the layout as holding nothing."""
+    class Holds2(Planner):
+        def probe(self, c: Candidate, rate: float) -> Probe:
+            met = rate <= 2.0
+            return Probe(rate, met, 1.0 if met else 0.0, 0.5, 0.5, {"request_goodput": rate if met else 0.0})
+
+    monkeypatch.setattr(planner_module, "capacity_estimate", lambda *args: 40.0 / 1.5)
+    requests = [SimRequest(prompt_ids=[1] * 100, output_len=10)]
+    planner = Holds2(requests, SLO(2.0, 0.05), probes=3)
+    out = planner.evaluate(Candidate(Deployment(), 0, 1))
+    passing = [p.rate for p in out.probes if p.met]
+    assert [p.rate for p in out.probes[:3]] == [40.0, 20.0, 10.0] and passing == [1.25]
 
 
 def test_parse_duration():
