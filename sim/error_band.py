@@ -2,7 +2,7 @@
 
 ``python -m pdserve.sim.error_band`` replays the validation table (sim/validate.py) and stores in
 sim/data/validation_errors.json every replayed held-out row's
-errors with what makes it comparable (its software profile, GPU, P/D or colocated). ``pdserve plan`` prints, next to
+errors with what makes it comparable (its model, software profile, GPU, P/D or colocated). ``pdserve plan`` prints, next to
 each shape it recommends, the band of the rows with the same software, hardware and P/D-ness, or the closest it has
 (saying which it dropped), so a recommendation resting on mechanisms no held-out run has tested says so.
 """
@@ -42,24 +42,29 @@ def load(path: Path = ERRORS) -> list[dict]:
 
 
 def band(d: Deployment, pd: bool, table: list[dict] | None = None) -> Band:
-    """The error band of the held-out rows closest to ``d`` (``pd``: disaggregated): same software, GPU and P/D-ness;
-    failing that without the GPU, then on the GPU without the P/D-ness, then the software alone, then any row."""
+    """The error band of the held-out rows closest to ``d`` (``pd``: disaggregated): same model, software, GPU and
+    P/D-ness; failing that without the GPU, then on the GPU without the P/D-ness, then the model and software alone;
+    then the same four steps over every model of the software; then any row. A model's own rows come first: another
+    model's misses (a front end a source does not explain, kernels another architecture runs) say little about it."""
     table = load() if table is None else table
     gpu = d.gpu().name
     kind = "P/D" if pd else "colocated"
-    tries = (({"software": d.software, "hardware": gpu, "pd": pd}, f"{d.software}, {gpu}, {kind}", ""),
-             ({"software": d.software, "pd": pd}, f"{d.software}, {kind}", gpu),
-             ({"software": d.software, "hardware": gpu}, f"{d.software}, {gpu}", kind),
-             ({"software": d.software}, d.software, f"{gpu} {kind}"),
-             ({}, "all", f"{d.software} {gpu} {kind}"))
-    for keys, matched, dropped in tries:
-        chosen = [r for r in table if all(r[k] == v for k, v in keys.items())]
+    wanted = {"model": d.model, "software": d.software, "hardware": gpu, "pd": pd}
+    labels = {"model": d.model, "software": d.software, "hardware": gpu, "pd": kind}
+    orders = (("hardware", "pd"), ("pd",), ("hardware",), ())
+    tries = [("model", "software") + rest for rest in orders] + [("software",) + rest for rest in orders] + [()]
+    for keys in tries:
+        chosen = [r for r in table if all(r.get(k) == wanted[k] for k in keys)]
         if chosen:
             ranges = {}
             for name, figure in BANDED:
                 errs = [r["errors"][figure] for r in chosen if figure in r["errors"]]
                 if errs:
                     ranges[name] = (min(errs), max(errs))
+            matched = ", ".join(labels[k] for k in keys) or "all"
+            dropped = " ".join(labels[k] for k in wanted if k not in keys and k != "software")
+            if not keys:
+                dropped = " ".join(labels[k] for k in wanted)
             return Band([r["id"] for r in chosen], matched, dropped, ranges)
     return Band([], "", "", {})
 
@@ -73,7 +78,7 @@ def error_rows(replays: list[Replay]) -> list[dict]:
         if r.note or r.split != "held-out":
             continue
         d = pools(by_id[r.row_id]["deployment"], SchedulerOverrides())[-1].deployment
-        out.append({"id": r.row_id, "software": d.software, "hardware": d.gpu().name, "pd": r.pd,
+        out.append({"id": r.row_id, "model": d.model, "software": d.software, "hardware": d.gpu().name, "pd": r.pd,
                     "errors": {f.name: round(f.error, 4) for f in r.figures}})
     return out
 

@@ -9,11 +9,14 @@ from pdserve.sim.error_band import band, error_rows, load
 from pdserve.sim.validate import replay, rows
 
 TABLE = [
-    {"id": "a", "software": "sglang", "hardware": "H200", "pd": False,
+    {"id": "a", "model": "deepseek-r1", "software": "sglang", "hardware": "H200", "pd": False,
      "errors": {"out tok/s": -0.10, "mean TTFT": 0.20, "mean TPOT": 0.05}},
-    {"id": "b", "software": "sglang", "hardware": "H200", "pd": False,
+    {"id": "b", "model": "deepseek-r1", "software": "sglang", "hardware": "H200", "pd": False,
      "errors": {"out tok/s": 0.04, "mean TTFT": -0.30, "mean TPOT": -0.02}},
-    {"id": "c", "software": "vllm", "hardware": "H200", "pd": False, "errors": {"mean TTFT": 0.5}},
+    {"id": "c", "model": "deepseek-r1", "software": "vllm", "hardware": "H200", "pd": False,
+     "errors": {"mean TTFT": 0.5}},
+    {"id": "d", "model": "gpt-oss-20b", "software": "sglang", "hardware": "H100", "pd": False,
+     "errors": {"mean TTFT": -0.93}},
 ]
 
 
@@ -21,12 +24,21 @@ def test_band_takes_the_closest_rows_and_says_what_it_dropped():
     exact = band(parse_deployment("hardware=H200"), pd=False, table=TABLE)
     assert exact.rows == ["a", "b"] and not exact.dropped
     assert exact.ranges["TTFT"] == (-0.30, 0.20) and exact.ranges["throughput"] == (-0.10, 0.04)
-    assert "2 sglang, H200, colocated rows" in exact.describe() and "-30%..+20%" in exact.describe()
+    assert "2 deepseek-r1, sglang, H200, colocated rows" in exact.describe() and "-30%..+20%" in exact.describe()
     pd = band(parse_deployment("hardware=H200"), pd=True, table=TABLE)
     assert pd.rows == ["a", "b"] and pd.dropped == "P/D" and "no held-out P/D run" in pd.describe()
     other_gpu = band(parse_deployment("hardware=H20-96G,software=vllm"), pd=False, table=TABLE)
     assert other_gpu.rows == ["c"] and other_gpu.dropped == "H20-96G"
     assert band(parse_deployment(""), pd=False, table=[]).describe().startswith("no held-out run")
+
+
+def test_a_models_own_rows_come_before_another_models():
+    """A DeepSeek shape on an H100 takes DeepSeek's rows on other GPUs, not GPT-OSS's on the H100 (whose TTFT the
+    source does not explain); a model with no row of its own falls back to the software's rows and says so."""
+    deepseek = band(parse_deployment("hardware=H100"), pd=False, table=TABLE)
+    assert deepseek.rows == ["a", "b"] and deepseek.dropped == "H100"
+    other = band(parse_deployment("model=qwen3-32b,hardware=H100"), pd=False, table=TABLE)
+    assert other.rows == ["d"] and other.dropped == "qwen3-32b" and "no held-out qwen3-32b run" in other.describe()
 
 
 def test_stored_errors_are_those_of_the_current_model():
