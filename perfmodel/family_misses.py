@@ -52,10 +52,10 @@ _MXFP4_HOPPER = ("GPT-OSS-120B on one H100 (vLLM 0.10.2): prefill is priced 2-3x
 # request 1294): training kernels, not vLLM's, so no efficiency is set from them.
 _BF16_FUSED_MOE = ("prefill-bound BF16 MoE on vLLM's Triton fused MoE: the model prices the expert GEMMs at the dense "
                    "BF16 efficiency (0.75 of peak), where Triton fused-MoE kernels measured on H100 reach 0.22-0.5 "
-                   "(a Triton fused MoE at 215 TFLOP/s on Qwen3-30B-A3B's shape, VeOmni pull request 460; a tuned "
-                   "grouped GEMM about half, Liger-Kernel pull request 1294), narrower still at TP8's 192 columns "
-                   "per expert. Decode, which reads the same weights, is within 5% (TPOT at 4,000 tokens +5%, at "
-                   "2,000 -6%)")
+                   "(215 TFLOP/s on Qwen3-30B-A3B's expert shape, github.com/ByteDance-Seed/VeOmni pull request 460; "
+                   "a tuned grouped GEMM about half, github.com/linkedin/Liger-Kernel pull request 1294), narrower "
+                   "still at TP8's 192 columns per expert. Decode, which reads the same weights, is within 6% (TPOT "
+                   "at 4,000 tokens +5%, at 2,000 -6%)")
 # The same DeepSeek-fitted vLLM overheads on 16 single-GPU Llama 3.1 8B pods (8 prefill, 8 decode, NIXL).
 _DEEPSEEK_OVERHEADS_PD = ("Llama 3.1 8B on single-GPU vLLM pods (8 prefill + 8 decode over NIXL): the measured TPOT "
                           "(5.95-7.15 ms) is the weight read at the model's HBM efficiency (5.8 ms) plus under 1 ms, "
