@@ -47,10 +47,12 @@ class ModeledScheduling:
         return f"{self.profile.release} ({self.profile.name}): {steps}; " + ", ".join(more)
 
 
-def hardware_facts(d: Deployment) -> HardwareFacts:
+def hardware_facts(d: Deployment, role: SchedulerRole = SchedulerRole.BOTH) -> HardwareFacts:
     p = d.parallel()
+    m = d.profile()
     return HardwareFacts(d.gpu().hbm_bytes / MIB, d.tp, p.attention_replicas if d.dp_attention else 1,
-                         d.profile().max_context or 163_840)
+                         m.max_context or 163_840, gpu_name=d.gpu().name, role=role.value, mla=m.attention == "mla",
+                         deepep=d.ep > 1 and d.dp_attention)
 
 
 def modeled_scheduling(d: Deployment, role: SchedulerRole, overrides: SchedulerOverrides | None = None,
@@ -62,7 +64,7 @@ def modeled_scheduling(d: Deployment, role: SchedulerRole, overrides: SchedulerO
     naming the field for a deployment or an override that cannot run."""
     o = overrides or SchedulerOverrides()
     profile = scheduling_profile(d.software)
-    hw = hardware_facts(d)
+    hw = hardware_facts(d, role)
     limits = profile.limits(hw)
     # the memory fraction changes the memory fit, not the timing: keep a timing model already built (a sensitivity
     # variant's, sim/sensitivity.py, is changed in place and would otherwise be rebuilt from the defaults)

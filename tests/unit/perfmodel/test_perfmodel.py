@@ -186,3 +186,13 @@ def test_scenarios_that_cannot_run_are_refused(kwargs, field):
     check_scenario(Deployment(hardware="H20-141G", kv_precision="fp8"), decode_batch=32, context_len=32768)
 
 
+
+
+def test_the_newest_releases_price_as_their_fitted_stack_but_async_scheduling_hides_the_step():
+    """sglang-0.5.23 and vllm-0.34 use sglang's and vllm's fitted overheads; vLLM v0.34's asynchronous scheduling
+    prepares the next step during this one, so its per-step CPU time is not between steps."""
+    def step(software: str) -> float:
+        return TimingModel("deepseek-r1", "H200", software=software).decode_step_time([2000] * 16).seconds
+
+    assert step("sglang-0.5.23") == step("sglang")
+    assert step("vllm") - step("vllm-0.34") == pytest.approx(1.0e-3)

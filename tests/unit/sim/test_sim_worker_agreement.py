@@ -71,6 +71,8 @@ def simulated_steps(scheduling) -> tuple[list[tuple[tuple, float]], int]:
     ("software=sglang", 14, False),  # SGLang's admission reserves enough for these short outputs
     ("software=vllm", 14, True),
     ("software=vllm-0.7", 14, True),
+    ("software=sglang-0.5.23", 14, False),
+    ("software=vllm-0.34", 14, True),
     ("software=sglang,dp_attention=1", 8 * 10, True),  # ten blocks per rank: one retraction
 ])
 def test_worker_and_simulator_run_the_same_steps(tiny_runtime, deployment, kv_blocks, preempted):

@@ -123,6 +123,32 @@ def test_profiles_resolve_their_own_defaults_for_the_hardware():
     assert PROFILES["sglang-0.4"].limits(replace(H200_TP8, attention_dp=8)).max_num_batched_tokens == 4096
 
 
+def test_the_newest_releases_resolve_their_own_defaults():
+    """SGLang v0.5.23 reserves prefill CUDA graphs (on by default) and per disaggregated role; vLLM v0.34 gives GPUs of
+    160 GiB a larger batch tier; both keep A100s and small parts in their small tiers (figures from the releases'
+    arg_groups/memory_hook.py and engine/arg_utils.py)."""
+    new = PROFILES["sglang-0.5.23"]
+    assert (new.limits(H200_TP8).max_num_batched_tokens, new.limits(H200_TP8).mem_fraction) == (8192, 0.893)
+    mla = replace(H200_TP8, mla=True)
+    assert new.limits(mla).mem_fraction == 0.886  # 1.5 GiB of MLA prefill graphs on top of the decode graphs
+    assert new.limits(replace(mla, role="prefill")).mem_fraction == 0.893  # no decode graphs
+    assert new.limits(replace(mla, role="decode")).mem_fraction == 0.929  # 2,048 tokens of activations, 10 GiB floor
+    deepep = replace(mla, role="decode", attention_dp=8, deepep=True)
+    assert new.limits(deepep).mem_fraction == 0.818 and new.limits(deepep).max_num_batched_tokens == 1024
+    l4 = HardwareFacts(23_034, 1)
+    assert PROFILES["sglang"].limits(l4).max_num_batched_tokens == 2048
+    assert new.limits(l4).max_num_batched_tokens == 4096
+    b200 = HardwareFacts(171_661, 8, gpu_name="B200")
+    assert (PROFILES["vllm"].limits(b200).max_num_batched_tokens, PROFILES["vllm-0.34"].limits(b200).max_num_batched_tokens) \
+        == (8192, 16384)
+    h200 = PROFILES["vllm-0.34"].limits(replace(H200_TP8, gpu_name="H200"))
+    assert (h200.max_num_batched_tokens, h200.max_num_seqs, h200.mem_fraction) == (8192, 1024, 0.92)
+    a100 = HardwareFacts(81_920, 1, gpu_name="A100-80G")
+    for name in ("vllm", "vllm-0.34"):
+        assert (PROFILES[name].limits(a100).max_num_batched_tokens, PROFILES[name].limits(a100).max_num_seqs) \
+            == (2048, 256)
+
+
 def test_every_knob_can_be_overridden():
     o = SchedulerOverrides(max_num_seqs=7, max_num_batched_tokens=99, max_prefill_tokens=50, step_composition="mixed",
                            schedule_conservativeness=0.5, preemption="newest", dp_dispatch="least_loaded")
