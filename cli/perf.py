@@ -38,7 +38,7 @@ def cmd_perf(a: argparse.Namespace) -> int:
         apply_calibration(a.calibration, a.deployment or None)
 
     # the memory its software leaves for weights + KV (SGLang's --mem-fraction-static, ...), as the workers size it
-    deployment = modeled_scheduling(deployment_from_args(a), SchedulerRole.DECODE).deployment
+    deployment = modeled_scheduling(deployment_from_args(a), SchedulerRole.BOTH).deployment
     report = scenario_report(deployment, lens, a.decode_batch, a.context_len, a.link)
     print(json.dumps(report, indent=2) if a.json else format_report(report, show_explain=a.explain))
     return 0

@@ -23,9 +23,6 @@ FORMAT = "pdserve-calibration/2"
 # by dividing its per-layer figure by the mean kernels per layer of the model it was fitted for: the same step times.
 FORMAT_PER_LAYER = "pdserve-calibration/1"
 PARAMETERS = ("kernel_overhead_s", "request_overhead_s")
-# the size each constant has in practice (the published fits): a fit's finite differences are relative to it when the
-# constant itself is smaller, or zero
-TYPICAL = {"kernel_overhead_s": 3e-6, "request_overhead_s": 0.05}
 # how far outside the fitted range a prediction may go before it is warned about
 RANGE_FACTOR = 2.0
 
@@ -74,17 +71,15 @@ def load(path: str | Path) -> dict:
                          "one)")
     fitted = parse_deployment(str(data.get("deployment", "")), None, "calibration deployment")
     params = data.get("parameters")
-    if data["format"] == FORMAT_PER_LAYER and isinstance(params, dict) and "layer_overhead_s" in params:
-        per_layer = params.pop("layer_overhead_s")
-        if isinstance(per_layer, (int, float)):
-            timing = fitted.timing()
-            per_layer /= kernels_per_layer(timing.model, timing.gpu)
-        params["kernel_overhead_s"] = per_layer
-    if not isinstance(params, dict) or set(params) - set(PARAMETERS) or not params:
-        raise ValueError(f"calibration: {path}: 'parameters' must hold some of {', '.join(PARAMETERS)}")
+    names = ("layer_overhead_s", "request_overhead_s") if data["format"] == FORMAT_PER_LAYER else PARAMETERS
+    if not isinstance(params, dict) or set(params) - set(names) or not params:
+        raise ValueError(f"calibration: {path}: 'parameters' must hold some of {', '.join(names)}")
     for k, v in params.items():
-        if not isinstance(v, (int, float)) or not 0 <= v < 1:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             raise ValueError(f"calibration: {path}: parameters.{k} must be a number of seconds in [0, 1), got {v!r}")
+    if "layer_overhead_s" in params:
+        timing = fitted.timing()
+        params["kernel_overhead_s"] = params.pop("layer_overhead_s") / kernels_per_layer(timing.model, timing.gpu)
     return data
 
 

@@ -75,7 +75,7 @@ SERVING_MISSES: dict[str, str] = {
     "gps-q32-vllm-h100-tp1-4k200": _SMALL_KV_PREFILL,
     "gps-q32-vllm-h100-tp1-2k100": _SMALL_KV_PREFILL,
     "gps-glm46-vllm-h200-tp8-4k200": ("GLM-4.6 is priced 40% fast, and unlike Qwen3-235B-A22B served the same way "
-                                      "(vLLM 0.11, TP8, BF16, the same workload) its decode too (TPOT -34%, Qwen3's "
+                                      "(vLLM 0.11, TP8, BF16, the same workload) its decode too (TPOT -33%, Qwen3's "
                                       "+5%). What GLM adds is 96 query heads against 64, a shared expert, three dense "
                                       "layers and 1.5x the active parameters; its prefill shares Qwen3's BF16 "
                                       "fused-MoE gap, and which of the rest runs below its roofline these rows do not "

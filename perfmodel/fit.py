@@ -28,7 +28,9 @@ PLAN: dict[tuple[str, str], list[str]] = {
     ("vllm@hopper", "kernel_overhead_s"): ["h200-vllm-tp8-c4"],
     ("vllm@hopper", "request_overhead_s"): ["h200-vllm-tp8-c4-ttft"],
 }
-START = {"kernel_overhead_s": 3e-6, "request_overhead_s": 10e-3, "internode_allreduce_latency_s": 30e-6}
+# Each constant's size in practice: where the published fit starts, and what a fit's finite differences are relative to
+# when the constant itself is smaller (or zero). pdserve calibrate uses the same table.
+TYPICAL = {"kernel_overhead_s": 3e-6, "request_overhead_s": 10e-3, "internode_allreduce_latency_s": 30e-6}
 
 
 def _table(theta: np.ndarray, calibration: list[str]) -> dict:
@@ -65,7 +67,7 @@ def fit(iterations: int = 12) -> dict:
     if unused:
         raise ValueError(f"calibration rows no constant is fitted on: {', '.join(unused)}")
     calib = [all_rows[n] for n in names]
-    theta = np.array([START[name] for _, name in PLAN])
+    theta = np.array([TYPICAL[name] for _, name in PLAN])
     try:
         return _table(gauss_newton(lambda t: _residuals(t, calib), theta, theta, iterations), names)
     finally:
@@ -96,6 +98,7 @@ def gauss_newton(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarra
             step[j] = max(abs(theta[j]), typical[j]) * rel_step
             jac[:, j] = (residuals(theta + step) - r0) / step[j]
         delta, *_ = np.linalg.lstsq(jac, -r0, rcond=None)
+        full = delta
         # damped: a step is taken only if it lowers the squared residuals, halved until it does (a replay's figures
         # move in steps, so a full Gauss-Newton step can overshoot into a worse basin)
         for _ in range(BACKTRACKS):
@@ -105,10 +108,9 @@ def gauss_newton(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarra
                 break
             delta = delta / 2
         else:
-            break
-        moved = np.max(np.abs(trial - theta) / np.maximum(np.abs(trial), 1e-12))
+            break  # no step lowers them: theta and r0 stay (the trial's table is the caller's to reset)
         theta, r0 = trial, r_trial
-        if moved < tolerance:
+        if np.max(np.abs(full) / np.maximum(np.abs(theta), 1e-12)) < tolerance:  # the step asked for, not the damped
             break
     return theta
 

@@ -20,6 +20,8 @@ MOE_GQA = ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "
 MLA = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
 ARCHITECTURES = DENSE_GQA + MOE_GQA + MLA
 QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")  # always; GLM-4 MoE says so with use_qk_norm
+# sigmoid scores with a correction bias, which vLLM routes through grouped_topk whatever the number of groups
+BIASED_ROUTING = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM")
 # Fields that announce layers without a KV cache of attention (state-space, linear attention, hybrid Mamba stacks).
 NOT_ATTENTION_FIELDS = ("linear_num_value_heads", "linear_key_head_dim", "ssm_cfg", "mamba_d_state", "state_size",
                         "hybrid_override_pattern", "attn_layer_indices", "linear_attn_config")
@@ -115,7 +117,8 @@ def profile_from_config(cfg: dict, name: str = "", source: str = "", hf_id: str 
                   tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), weight_precision=weight,
                   expert_precision=expert, kv_precision="bf16", sliding_window=window, n_sliding_layers=sliding,
                   attention_sinks=arch == "GptOssForCausalLM",
-                  qk_norm=arch in QK_NORM or bool(cfg.get("use_qk_norm")), hf_id=hf_id or str(cfg.get("_name_or_path", "")),
+                  qk_norm=arch in QK_NORM or bool(cfg.get("use_qk_norm")),
+                  biased_routing=arch in BIASED_ROUTING, hf_id=hf_id or str(cfg.get("_name_or_path", "")),
                   source=source)
     inter = _int(cfg, "intermediate_size", 0)
     if arch in MLA:

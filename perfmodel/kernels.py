@@ -33,7 +33,7 @@ DENSE_FFN = 3  # gate/up projection, SiLU-and-mul, down projection
 # router GEMM, expert alignment (sort tokens by expert), the two expert GEMMs, SiLU-and-mul, the weighted sum
 MOE_FFN = 6
 TOPK = 1  # softmax + top-k fused
-GROUPED_TOPK = 2  # sigmoid scores with bias, then group-limited top-k (DeepSeek-V3)
+GROUPED_TOPK = 2  # sigmoid scores with a correction bias, then (group-limited) top-k: vLLM's grouped_topk
 SHARED_EXPERT = 4  # gate/up, SiLU-and-mul, down, add to the routed output
 
 
@@ -69,7 +69,7 @@ def layer_kernels(m: ModelProfile, gpu: GPU | None = None) -> LayerKernels:
     dense = NORM + DENSE_FFN + (2 if fp8 else 0)
     moe = 0
     if m.n_routed_experts:
-        topk = GROUPED_TOPK if m.n_expert_groups > 1 else TOPK
+        topk = GROUPED_TOPK if m.biased_routing else TOPK
         moe = NORM + MOE_FFN + topk + (2 if expert_fp8 else 0)
         if m.n_shared_experts:
             moe += SHARED_EXPERT + (2 if fp8 else 0)

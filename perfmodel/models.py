@@ -20,7 +20,8 @@ DEEPSEEK_R1 = ModelProfile(
     name="deepseek-r1", hidden=7168, n_layers=61, vocab=129280, attention="mla", n_heads=128,
     q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
     n_dense_layers=3, dense_intermediate=18432, n_routed_experts=256, n_shared_experts=1, moe_intermediate=2048,
-    experts_per_token=8, n_expert_groups=8, topk_groups=4, max_context=163840, weight_precision="fp8",
+    experts_per_token=8, n_expert_groups=8, topk_groups=4, biased_routing=True, max_context=163840,
+    weight_precision="fp8",
     kv_precision="bf16", hf_id="deepseek-ai/DeepSeek-R1",
     source="https://huggingface.co/deepseek-ai/DeepSeek-R1/blob/main/config.json",
 )

@@ -48,6 +48,7 @@ class ModelProfile:
     n_sliding_layers: int = 0  # layers with sliding-window attention (the rest attend to the whole context)
     attention_sinks: bool = False  # a learned per-head sink logit (GPT-OSS): one more score per head, no KV
     qk_norm: bool = False  # RMSNorm on queries and keys before RoPE (Qwen3, GLM-4.5): two more kernels a layer
+    biased_routing: bool = False  # sigmoid expert scores with a correction bias (DeepSeek-V3, Kimi-K2, GLM-4.5)
     hf_id: str = ""  # the Hugging Face repository of the published checkpoint
     source: str = ""  # where every field above comes from
 

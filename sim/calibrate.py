@@ -23,7 +23,7 @@ import numpy as np
 from pdserve.perfmodel import calibration as cal
 from pdserve.perfmodel import overheads
 from pdserve.perfmodel.deployment import deployment_from_args
-from pdserve.perfmodel.fit import gauss_newton
+from pdserve.perfmodel.fit import TYPICAL, gauss_newton
 from pdserve.sim.calibration_inputs import Measurement, check_model, read_results
 from pdserve.sim.cluster import Cluster, SimRequest
 from pdserve.sim.report import summary
@@ -82,7 +82,7 @@ def fit(runs: list[Measurement], deployment, spec_of, parameters: tuple[str, ...
     try:
         start = np.array([before[p] for p in parameters])
         predicted_before = predict(start)
-        typical = np.array([cal.TYPICAL[p] for p in parameters])
+        typical = np.array([TYPICAL[p] for p in parameters])
         theta = gauss_newton(residuals, start, typical, iterations=12, tolerance=1e-4, rel_step=REL_STEP)
         after = dict(before, **dict(zip(parameters, (float(x) for x in theta))))
         predicted_after = predict(theta)

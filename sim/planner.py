@@ -158,22 +158,33 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
             if dp and gpus == 1:
                 continue
             d = replace(base, hardware=hw, gpus=gpus, tp=tp, ep=ep, dp_attention=dp, gpus_per_node=gpn, _cache={})
-            try:
-                check_deployment(d)
-                modeled_scheduling(d, SchedulerRole.DECODE, overrides)
-            except ValueError:
+            fits = {role: _fits(d, role, overrides) for role in SchedulerRole}
+            disaggregated = fits[SchedulerRole.PREFILL] and fits[SchedulerRole.DECODE]
+            if not (fits[SchedulerRole.BOTH] or disaggregated):
                 continue
             if gpus != last_size:
                 found += 1
                 last_size = gpus
             elif dp:
                 continue  # with DP attention the TP degree only splits the dense layers: one of them is enough
-            out.append(Candidate(d, 0, 1))
+            if fits[SchedulerRole.BOTH]:
+                out.append(Candidate(d, 0, 1))
             nodes = -(-gpus // gpn)
             for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
-                if (x + y) * nodes <= max_nodes:
+                if disaggregated and (x + y) * nodes <= max_nodes:
                     out.append(Candidate(d, x, y))
     return out
+
+
+def _fits(d: Deployment, role: SchedulerRole, overrides: SchedulerOverrides) -> bool:
+    """Whether ``d`` runs in ``role``: a software may reserve memory per role (SGLang v0.5.23 keeps prefill graphs
+    off a decode instance and decode graphs off a prefill one), so a layout can fit one role and not another."""
+    try:
+        check_deployment(d)
+        modeled_scheduling(d, role, overrides)
+    except ValueError:
+        return False
+    return True
 
 
 def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO,
@@ -182,7 +193,8 @@ def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO,
     on one rank), decode
     instances x the largest batch within the TPOT SLO / (its step x mean output); colocated shares the time."""
     t = c.deployment.timing()
-    scheduling = modeled_scheduling(c.deployment, SchedulerRole.DECODE, overrides)
+    scheduling = modeled_scheduling(c.deployment, SchedulerRole.BOTH if c.colocated else SchedulerRole.DECODE,
+                                    overrides)
     max_num_seqs = scheduling.config.max_num_seqs * scheduling.ranks
     prefill_rate = scheduling.ranks / t.prefill_time([max(1, int(mean_in))]).seconds  # DP ranks prefill their own
     ctx = int(mean_in + mean_out / 2)
@@ -198,6 +210,7 @@ def capacity_estimate(c: Candidate, mean_in: float, mean_out: float, slo: SLO,
 STEADY_E2E = 4.0  # a probe sends for at least this many mean request lifetimes, so queues reach their steady state
 MAX_PROBE_REQUESTS = 20_000
 MORE_HALVINGS = 6  # after the probes, down to 1/64 of the last failing rate before a layout is said to hold none
+REFINE = 2  # bisections after a pass found by halving, which is otherwise up to 2x below what the layout holds
 
 
 class Planner:
@@ -247,13 +260,19 @@ class Planner:
             p = self.probe(c, mid)
             out.probes.append(p)
             lo, hi = (mid, hi) if p.met else (lo, mid)
+        halved = False
         for _ in range(MORE_HALVINGS):
             if lo > 0:
                 break
-            hi /= 2
+            hi, halved = hi / 2, True
             out.probes.append(self.probe(c, hi))
             if out.probes[-1].met:
-                lo = hi
+                lo, hi = hi, 2 * hi
+        for _ in range(REFINE if halved and lo > 0 else 0):  # between the pass the halving found and the fail above
+            mid = (lo + hi) / 2
+            p = self.probe(c, mid)
+            out.probes.append(p)
+            lo, hi = (mid, hi) if p.met else (lo, mid)
         return out
 
 

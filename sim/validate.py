@@ -90,7 +90,7 @@ KNOWN_MISSES: dict[str, str] = {
                              "and turned off; the model prices TP8 MoE at Triton's rate (SGLang v0.5.3 on the same "
                              "workloads, the calibration rows: 12-14%)") for n in ("4k200", "2k100")},
     "sgl7631-h20-tp8-1k512-c8": ("the first single-node H20 serving run replayed: decode is priced 49% slow (median "
-                                 "ITL 29.4 ms modeled, 19.7 measured). 20.9 ms of the modeled step is the H20 "
+                                 "ITL 29.4 ms modeled, 19.7 measured). 20.5 ms of the modeled step is the H20 "
                                  "per-kernel overhead (1,919 kernels x 10.7 us), fitted on Ant Group's two-node EP16 "
                                  "decode with MTP; the measured ITL leaves about 5.7 us per kernel for this TP8 node "
                                  "beside its 8.9 ms of weights, communication and attention. What the fitted figure "

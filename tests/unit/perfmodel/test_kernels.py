@@ -34,8 +34,11 @@ def test_what_adds_kernels():
     assert qwen3.qk_norm and not llama.qk_norm
     assert layer_kernels(qwen3).attention == layer_kernels(llama).attention + 2
     assert model_profile("glm-4.5").qk_norm
-    grouped, plain = model_profile("deepseek-r1"), model_profile("kimi-k2")  # Kimi-K2: no expert groups
-    assert layer_kernels(grouped).moe_ffn == layer_kernels(plain).moe_ffn + 1
+    # sigmoid scores with a correction bias go through vLLM's grouped_topk with or without groups (Kimi-K2 has none)
+    deepseek, kimi, glm = model_profile("deepseek-r1"), model_profile("kimi-k2"), model_profile("glm-4.5")
+    assert layer_kernels(deepseek).moe_ffn == layer_kernels(kimi).moe_ffn and glm.biased_routing
+    qwen = model_profile("qwen3-235b-a22b")
+    assert not qwen.biased_routing and layer_kernels(qwen).moe_ffn == 1 + 6 + 1
 
 
 def test_the_step_overhead_is_kernels_times_the_per_kernel_figure():

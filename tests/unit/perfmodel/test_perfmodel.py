@@ -190,9 +190,10 @@ def test_scenarios_that_cannot_run_are_refused(kwargs, field):
 
 def test_the_newest_releases_price_as_their_fitted_stack_but_async_scheduling_hides_the_step():
     """sglang-0.5.23 and vllm-0.34 use sglang's and vllm's fitted overheads; vLLM v0.34's asynchronous scheduling
-    prepares the next step during this one, so its per-step CPU time is not between steps."""
+    prepares the next step during this one, so the CPU share of its per-step time is not between steps (what stays
+    is priced as SGLang's, whose overlap scheduler does the same)."""
     def step(software: str) -> float:
         return TimingModel("deepseek-r1", "H200", software=software).decode_step_time([2000] * 16).seconds
 
     assert step("sglang-0.5.23") == step("sglang")
-    assert step("vllm") - step("vllm-0.34") == pytest.approx(1.0e-3)
+    assert step("vllm") - step("vllm-0.34") == pytest.approx(0.5e-3)

@@ -138,3 +138,16 @@ def test_predicting_far_outside_the_fitted_lengths_warns():
     assert check_range(data, 500, 50, warn=warnings.append) == [] and not warnings
     check_range(data, 8000, 50, warn=warnings.append)
     assert len(warnings) == 1 and "mean input length 8000" in warnings[0] and "extrapolating" in warnings[0]
+
+
+@pytest.mark.parametrize("fmt, name, value", [(FORMAT_PER_LAYER, "layer_overhead_s", True),
+                                              (FORMAT_PER_LAYER, "layer_overhead_s", 5.0),
+                                              (FORMAT, "kernel_overhead_s", False)])
+def test_a_figure_that_is_not_seconds_is_refused_before_any_conversion(tmp_path, fmt, name, value):
+    """A per-layer figure is checked as written (5 s a layer would pass as 0.16 s a kernel once divided), and a
+    JSON boolean is not a number of seconds in either format."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": fmt, "deployment": DEPLOYMENT, "table_key": "sglang@h20",
+                                "parameters": {name: value}}))
+    with pytest.raises(ValueError, match=f"parameters.{name} must be a number of seconds"):
+        apply_calibration(str(path))

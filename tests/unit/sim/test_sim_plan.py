@@ -54,7 +54,7 @@ def test_plan_without_probes_searches_with_the_default_count(capsys):
 
 def test_a_layout_holding_far_less_than_its_estimate_is_found(monkeypatch):
     """Three probes from an estimate 20x too high all fail; the search keeps halving until a rate passes, where it
-    used to report the layout as holding nothing."""
+    used to report the layout as holding nothing, then bisects towards the failure above it."""
     class Holds2(Planner):
         def probe(self, c: Candidate, rate: float) -> Probe:
             met = rate <= 2.0
@@ -65,7 +65,8 @@ def test_a_layout_holding_far_less_than_its_estimate_is_found(monkeypatch):
     planner = Holds2(requests, SLO(2.0, 0.05), probes=3)
     out = planner.evaluate(Candidate(Deployment(), 0, 1))
     passing = [p.rate for p in out.probes if p.met]
-    assert [p.rate for p in out.probes[:3]] == [40.0, 20.0, 10.0] and passing == [1.25]
+    assert [p.rate for p in out.probes[:3]] == [40.0, 20.0, 10.0] and passing == [1.25, 1.875]
+    assert [p.rate for p in out.probes[-2:]] == [1.875, 2.1875]
 
 
 def test_parse_duration():
@@ -122,3 +123,14 @@ def test_plan_refuses_an_unknown_gpu_naming_the_flag_and_the_known_ones(capsys, 
     assert line.startswith(f"pdserve: error: {flag}: ") and "unknown GPU 'B300'; known: " in line
     assert "H200" in line and "B200" in line
     assert "holds" not in err and "Traceback" not in err
+
+
+def test_a_layout_is_offered_only_in_the_roles_it_fits(capsys):
+    """SGLang v0.5.23 reserves per role: Qwen3-235B-A22B with DP attention on one 8 x H20-96G node fits as a decode
+    instance and not colocated; the planner checked every layout as a decode instance and then crashed probing the
+    colocated one."""
+    rc = cli_main(["plan", "--deployment", "model=qwen3-235b-a22b,hardware=H20-96G,software=sglang-0.5.23",
+                   "--num-prompts", "20", "--input-len", "200:400", "--output-len", "20:40", "--max-nodes", "1",
+                   "--probes", "2", "--instance-sizes", "1", "--ttft-p90", "2s", "--tpot-p90", "60ms"])
+    assert rc == 0
+    assert "1 colocated of 8xH20-96G DP-attn EP8" not in capsys.readouterr().out

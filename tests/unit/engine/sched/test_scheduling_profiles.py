@@ -8,10 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.sched.flags import SchedulerOverrides, scheduler_config
 from pdserve.engine.sched.profiles import PROFILES, SGLANG_POLICY, VLLM_POLICY, VLLM_V0_POLICY, HardwareFacts
 from pdserve.engine.sched.ranks import AttentionRanks
 from pdserve.engine.sched.scheduler import Scheduler, SchedulerConfig, SchedulerRole, StepOutput
+from pdserve.perfmodel.deployment import parse_deployment
 from pdserve.sim.sequence import SimSequence, free_kv, run_decode, run_prefill
 
 H200_TP8 = HardwareFacts(143_771, 8)
@@ -187,3 +189,11 @@ def test_attention_ranks_dispatch_schedule_and_step_together():
     least.ranks[0].waiting.clear()
     least.add(seqs(10)[0])
     assert len(least.ranks[0].waiting) == 1 and len(least.ranks[1].waiting) == 1
+
+
+def test_a_deployment_reaches_its_profile_with_its_role_and_attention():
+    """The deployment's role and MLA attention reach SGLang v0.5.23's reserve (prefill graphs off a decode instance,
+    decode graphs off a prefill one): the same 8 x H20-141G node, three memory fractions."""
+    d = parse_deployment("hardware=H20-141G,software=sglang-0.5.23")
+    fractions = {role: modeled_scheduling(d, role).deployment.mem_fraction for role in SchedulerRole}
+    assert fractions == {SchedulerRole.PREFILL: 0.893, SchedulerRole.DECODE: 0.929, SchedulerRole.BOTH: 0.886}
