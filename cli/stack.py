@@ -32,7 +32,8 @@ def stack_spec_from_args(a: argparse.Namespace):
                      metrics_base_port=getattr(a, "metrics_base_port", 0),
                      kv_capacity_mb=a.kv_capacity_mb, kv_blocks=a.kv_blocks, pace=a.pace, time_scale=a.time_scale,
                      deployment=deployment_text(a), kv_dtype=a.kv_dtype, insecure_internal=a.insecure_internal,
-                     http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm, host=getattr(a, "host", "127.0.0.1"))
+                     http_port=getattr(a, "http_port", None), kv_shm=a.kv_shm, host=getattr(a, "host", "127.0.0.1"),
+                     share_cores=not a.static_cores)
 
 
 def plan_stack(a: argparse.Namespace, spec) -> None:
@@ -182,6 +183,9 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="with --pace realtime: the workers' model fitted to your own runs (pdserve calibrate)")
     p.add_argument("--insecure-internal", action="store_true",
                    help="run the internal plane without identities, TLS or authorization (experiments only; warned)")
+    p.add_argument("--static-cores", action="store_true",
+                   help="workers that share this host's cores keep one each, never running a second thread on a core "
+                        "another worker leaves idle (the default lends it)")
 
 
 def register(sub) -> None:

@@ -22,6 +22,7 @@ from pdserve.common.processes import stop_processes
 from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.common.server import PARENT_ENV
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
+from pdserve.engine.model.kernels.core_share import CORE_SHARE_ENV, create_core_share
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 from pdserve.launcher.identities import StackSecurity
 from pdserve.launcher.ports import free_port, metrics_port_for
@@ -49,6 +50,9 @@ class StackSpec:
     time_scale: float = 1.0
     deployment: str = ""  # the workers' modeled deployment, KEY=V,.. (e.g. "hardware=H200")
     threads_per_worker: int | None = None  # BLAS threads per model worker (default: cores / workers)
+    # workers given one core of a host they share may run a second thread while the others rest
+    # (engine/model/kernels/core_share.py); off, or with threads_per_worker, the split is static
+    share_cores: bool = True
     http_port: int | None = None  # the OpenAI-compatible HTTP edge in front of the router (None: none; 0: free port)
     tls: bool = False  # TLS on the public side too: the router's port and the HTTP edge (HTTPS)
     auth_token: str | None = None  # the router's public API then needs "authorization: Bearer <token>" (tenant default)
@@ -137,19 +141,38 @@ class Stack(StackSecurity):
         if self.router and s.http_port is not None:
             self.edge = self._proc("openai", "openai_server", ["--router", self.router.target]
                                    + self._flags("openai_server") + s.extra.get("openai_server", []), s.http_port)
+        self.core_share = self._plan_core_share()
 
     # --- running ----------------------------------------------------------------------------------------------------
     @property
     def router_target(self) -> str:
         return self.router.target
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+    def _threads_per_worker(self) -> int:
         workers = len(self.prefills) + len(self.decodes)
-        threads = self.spec.threads_per_worker or max(1, (os.cpu_count() or 1) // max(1, workers))
+        return self.spec.threads_per_worker or max(1, (os.cpu_count() or 1) // max(1, workers))
+
+    def _plan_core_share(self) -> Path | None:
+        """The workers' shared file where they split this host's cores one each though each could use two; None
+        where each has its cores or the spec fixes them."""
+        workers = len(self.prefills) + len(self.decodes)
+        if (not self.spec.share_cores or self.spec.threads_per_worker or workers < 2
+                or (os.cpu_count() or 1) < 2 or self._threads_per_worker() >= 2):
+            return None
+        path = self.log_dir / "core-share"
+        create_core_share(path, workers)
+        return path
+
+    def _env(self, p: Process | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        threads = self._threads_per_worker()
         env.setdefault("OPENBLAS_NUM_THREADS", str(threads))
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
+        env.pop(CORE_SHARE_ENV, None)
+        workers = self.prefills + self.decodes
+        if self.core_share is not None and p in workers:
+            env[CORE_SHARE_ENV] = f"{self.core_share}:{workers.index(p)}"
         if self.tied:
             env[PARENT_ENV] = str(os.getpid())
         return env
@@ -168,7 +191,7 @@ class Stack(StackSecurity):
         return self
 
     def launch(self, p: Process) -> None:
-        env = self._env()
+        env = self._env(p)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         if self.inherit_output:

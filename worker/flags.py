@@ -23,7 +23,7 @@ from pdserve.perfmodel.deployment import add_deployment_flag
 from pdserve.worker.clock import KV_LINKS, PACE_MODES
 from pdserve.worker.config import WorkerConfig
 from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS
-from pdserve.worker.metrics import TOKEN_BUDGET
+from pdserve.worker.metrics import TOKEN_BUDGET, export_core_share
 from pdserve.worker.worker import DEFAULT_STEP_NICE, Worker
 
 MAX_SLAB_SEQS = 256  # the decode slab's slots; a larger modeled batch keeps the rest in private KV arrays
@@ -98,6 +98,7 @@ def build_worker(config: WorkerConfig, kv_blocks: int | None = None, slab_tokens
         raise SystemExit(f"--kv-dtype: {exc}") from None
     TOKEN_BUDGET.labels("step").set(scheduling.config.max_num_batched_tokens)
     TOKEN_BUDGET.labels("forward").set(config.compute_chunk_tokens)
+    export_core_share(getattr(runtime.model, "parallel", None))
     return Worker(runtime, scheduling.build(runtime.free), config.clock(), config.max_queue,
                   default_served_name(config.model), config.model_step_nice, config.compute_chunk_tokens)
 

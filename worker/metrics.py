@@ -3,7 +3,8 @@ inter-token latency of its sequences."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 from pdserve.common.metrics import MODELED_STEP_BUCKETS, TOKEN_COUNT_BUCKETS, WALL_STEP_BUCKETS, ClockPair
 
@@ -27,3 +28,25 @@ TOKEN_BUDGET = Gauge("pdserve_token_budget", "Tokens a step may schedule (step) 
                      "on this machine (forward)", ["budget"])
 PROMPT_FORWARDS = Counter("pdserve_prompt_forwards_total", "Prompt forwards computed on this machine (a step's prompt "
                           "tokens run in forwards of at most the forward budget)")
+
+
+class _CoreShareCollector:
+    """pdserve_core_share_splits_total{core}: the engine's two-way splits (a product's column halves, attention's
+    halves) of a worker that shares the host's cores (engine/model/kernels/core_share.py): "lent" ran on a second
+    core another worker left idle, "own" on this worker's core alone while another was busy."""
+
+    def __init__(self, parallel) -> None:
+        self.parallel = parallel
+
+    def collect(self):
+        family = CounterMetricFamily("pdserve_core_share_splits", "Two-way splits of the engine's work by the core "
+                                     "they ran on, in a worker sharing the host's cores", labels=["core"])
+        family.add_metric(["lent"], self.parallel.lent)
+        family.add_metric(["own"], self.parallel.kept)
+        yield family
+
+
+def export_core_share(parallel) -> None:
+    """Export a core-sharing worker's split counts (nothing for a worker with cores of its own)."""
+    if parallel is not None and parallel.shares_cores:
+        REGISTRY.register(_CoreShareCollector(parallel))

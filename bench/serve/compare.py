@@ -34,7 +34,7 @@ from pdserve.workload.report import default_result_path, format_result, result_j
 from pdserve.workload.requests import ServedModel, build_requests
 from pdserve.workload.stats import summarize
 
-MODES = ("in_process", "disaggregated", "disaggregated_insecure", "colocated", "llama_server")
+MODES = ("in_process", "disaggregated", "disaggregated_static", "disaggregated_insecure", "colocated", "llama_server")
 
 
 def step_wall_seconds(stack, processes, phase: str) -> float:
@@ -48,13 +48,14 @@ def stack_cpu_seconds(stack) -> float:
 
 
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
-                   extra: dict[str, list[str]] | None = None, insecure_internal: bool = False):
+                   extra: dict[str, list[str]] | None = None, insecure_internal: bool = False,
+                   share_cores: bool = True):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run, CPU
     seconds of the stack's processes in the run)."""
     from pdserve.launcher.stack import Stack, StackSpec
 
     with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {},
-                         insecure_internal=insecure_internal)) as stack:
+                         insecure_internal=insecure_internal, share_cores=share_cores)) as stack:
         workers = stack.decodes if colocated else stack.prefills
         before: list[tuple[float, float]] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
@@ -149,7 +150,8 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
     else:
         extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
         result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
-                                                  insecure_internal=mode == "disaggregated_insecure")
+                                                  insecure_internal=mode == "disaggregated_insecure",
+                                                  share_cores=mode != "disaggregated_static")
         backend_name = f"pdserve-{mode}"
     summary = summarize(result, percentiles, slo)
     if cpu_s is not None and summary.get("total_output_tokens"):
@@ -157,7 +159,7 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
     print(format_result(summary, f"{mode}", percentiles), flush=True)
     point = {"summary": summary, "result": result, "config": run_config(a, backend_name, served, spec,
                                                                          len(result.records))}
-    if mode == "disaggregated":
+    if mode.startswith("disaggregated"):
         point["handoff"] = handoff(summary, result, prefill_s)
     if summary["completed"] == 0:
         e = summary["errors_by_status"][0]

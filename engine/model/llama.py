@@ -144,7 +144,7 @@ class LlamaModel:
             raise ValueError(f"token id outside 0..{c.vocab_size - 1}")
         plan = AttentionPlan.build(caches, [len(t) for t in new_tokens], slab, c.context_length)
         split = self._split_pays(plan, flat.size)
-        with self.parallel.single_threaded_blas() if split else nullcontext():
+        with self.parallel.working(), self.parallel.single_threaded_blas() if split else nullcontext():
             return self._layers(plan, flat, split, self.quantized_rows(flat.size, split))
 
     def _split_pays(self, plan: AttentionPlan, rows: int) -> bool:
@@ -189,21 +189,25 @@ class LlamaModel:
             kv.length += n
         last = rms_norm(x[plan.offsets[1:] - 1], w.output_norm, self.eps)  # [n_sequences, hidden]
         head = w.quantized.output if quantized else None
-        return head(last, threads=self.quant_threads) if head is not None else mm(last, w.output)  # [n_seqs, vocab]
+        return head(last, threads=self._quant_threads_now()) if head is not None else mm(last, w.output)  # [n_seqs, vocab]
+
+    def _quant_threads_now(self) -> int:
+        """The quantized products' threads for the next product (one while another worker holds the shared core)."""
+        return 1 if self.quant_threads < 2 else self.parallel.threads_now()
 
     def _normed_product(self, x: np.ndarray, matrix: QuantizedMatrix | None, gain: np.ndarray | None,
                         dense: np.ndarray, mm) -> np.ndarray:
         """rms_norm(x) times a layer's matrix: the quantized one, with the norm's gain applied to its input, or the
         float32 one, which has the gain folded in."""
         if matrix is not None:
-            return matrix(rms_norm(x, gain, self.eps), threads=self.quant_threads)
+            return matrix(rms_norm(x, gain, self.eps), threads=self._quant_threads_now())
         return mm(rms_norm(x, None, self.eps), dense)
 
     def _add_product(self, x: np.ndarray, h: np.ndarray, matrix: QuantizedMatrix | None, dense: np.ndarray,
                      mm) -> None:
         """x += h times a layer's matrix (quantized: added in place by the kernel)."""
         if matrix is not None:
-            matrix(h, into=x, threads=self.quant_threads)
+            matrix(h, into=x, threads=self._quant_threads_now())
         else:
             x += mm(h, dense)
 

@@ -11,6 +11,9 @@ product they spin on their core for a while before they sleep, so a compiled att
 right after a product shares it with a spinning thread. Measured on the 2-core machine (30 layers of SmolLM2's
 matrices, 32 rows): OpenBLAS's two threads 100 ms, the column halves 92 ms; with every product split, the decode
 attention's two halves stop losing to the spin (the README's Benchmarks section has the step times).
+
+A worker that shares its host's cores with other workers (kernels/core_share.py) keeps BLAS on one thread and runs
+its second thread only while no other worker is in a forward pass: the halves then run one after the other.
 """
 
 from __future__ import annotations
@@ -18,28 +21,58 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np  # (loads BLAS, whose thread count sets the default split)
 from threadpoolctl import ThreadpoolController
+
+from pdserve.engine.model.kernels.core_share import CoreShare
 
 
 class Parallel:
     """``threads`` workers (the calling thread and a pool of threads - 1). By default two where the process may use
     two cores: as many as BLAS was given (a worker the launcher gave one BLAS thread, because other workers share the
-    cores, splits nothing) and the machine has."""
+    cores, splits nothing) and the machine has; a worker given a core share (``share``, by default the one the
+    launcher handed it) two where the machine has them, the second used only while the other workers rest."""
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, share: CoreShare | None = None) -> None:
         blas = ThreadpoolController().select(user_api="blas").lib_controllers
+        share = share or CoreShare.from_env()
         if threads is None:
-            threads = min([2, os.cpu_count() or 1, *(lib.num_threads for lib in blas)])
+            threads = min([2, os.cpu_count() or 1, *([] if share else [lib.num_threads for lib in blas])])
         self.threads = max(1, threads)
         self._pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
         self._blas = blas if self._pool else []
+        self._share = share if self._pool else None
+        self.lent = 0  # calls of both() that ran on a second core while sharing one
+        self.kept = 0  # calls of both() that ran on one because another worker was busy
+
+    @property
+    def shares_cores(self) -> bool:
+        return self._share is not None
+
+    def own_core_only(self) -> bool:
+        """Whether the second thread must wait now: another worker sharing the cores is in a forward pass."""
+        if self._share is None:
+            return False
+        busy = self._share.others_busy()
+        if busy:
+            self.kept += 1
+        else:
+            self.lent += 1
+        return busy
+
+    def threads_now(self) -> int:
+        """Threads a product may split over at this moment."""
+        return 1 if self.threads < 2 or self.own_core_only() else self.threads
+
+    def working(self):
+        """Context of one forward pass: the other workers sharing the cores see this one busy."""
+        return self._share.working() if self._share else nullcontext()
 
     def both(self, fn: Callable, first: tuple, second: tuple) -> None:
         """fn(*first) and fn(*second) at once (the first on the pool), or one after the other on one worker."""
-        if self._pool is None:
+        if self._pool is None or self.own_core_only():
             fn(*first)
             fn(*second)
             return

@@ -1,0 +1,115 @@
+"""Cores lent between workers of one host: a worker's second thread runs only while the others rest."""
+
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from pdserve.engine.model.kernels.core_share import CORE_SHARE_ENV, CoreShare, create_core_share
+from pdserve.engine.model.kernels.parallel import Parallel
+
+
+@pytest.fixture
+def pair(tmp_path):
+    path = tmp_path / "core-share"
+    create_core_share(path, 2)
+    return CoreShare(path, 0), CoreShare(path, 1)
+
+
+def test_a_worker_in_a_forward_is_seen_busy_by_the_other_only(pair, tmp_path):
+    prefill, decode = pair
+    assert not prefill.others_busy() and not decode.others_busy()
+    with decode.working():
+        assert prefill.others_busy()
+        assert not decode.others_busy()  # its own forward does not count
+    assert not prefill.others_busy()
+    assert stat.S_IMODE(os.stat(tmp_path / "core-share").st_mode) == 0o600
+
+
+def test_a_restarted_worker_clears_the_byte_its_predecessor_left_set(pair, tmp_path):
+    prefill, decode = pair
+    stale = decode.working()
+    stale.__enter__()  # a worker killed inside a forward never clears its byte
+    assert prefill.others_busy()
+    CoreShare(tmp_path / "core-share", 1)  # its successor, on the same slot
+    assert not prefill.others_busy()
+
+
+def _threads_used(parallel: Parallel) -> set[int]:
+    seen: set[int] = set()
+    barrier = threading.Barrier(2, timeout=0.5)
+
+    def half(_: int) -> None:
+        seen.add(threading.get_ident())
+        try:  # on two threads both halves meet here; one after the other, the first times out
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+    parallel.both(half, (0,), (1,))
+    return seen
+
+
+def test_the_second_thread_runs_only_while_the_other_worker_rests(pair):
+    prefill, decode = pair
+    parallel = Parallel(2, share=prefill)
+    assert len(_threads_used(parallel)) == 2  # the decode worker idle: its core is lent
+    assert parallel.threads_now() == 2
+    with decode.working():
+        assert _threads_used(parallel) == {threading.get_ident()}  # both halves on the caller's own core
+        assert parallel.threads_now() == 1
+    assert len(_threads_used(parallel)) == 2
+    assert parallel.lent >= 2 and parallel.kept >= 2
+
+
+def test_a_forward_marks_its_worker_busy_and_keeps_its_products_to_one_core_while_the_other_is(pair, tiny_runtime,
+                                                                                             monkeypatch):
+    prefill, decode = pair
+    model = tiny_runtime.model
+    monkeypatch.setattr(model, "parallel", Parallel(2, share=prefill))
+    monkeypatch.setattr(model, "quant_threads", 2)
+    seen = []
+    layers = model._layers
+    monkeypatch.setattr(model, "_layers", lambda *args: seen.append(
+        (decode.others_busy(), model._quant_threads_now())) or layers(*args))
+    kv = model.new_kv()
+    model.prefill([kv], [[1, 2, 3]])
+    with decode.working():
+        model.prefill([model.new_kv()], [[1, 2, 3]])
+    assert seen == [(True, 2), (True, 1)]  # the prefill worker busy in both; its products split only while decode rests
+    assert not decode.others_busy()  # and idle again after
+
+
+def test_a_worker_the_launcher_gave_one_blas_thread_splits_when_it_shares_the_cores(pair):
+    from threadpoolctl import threadpool_limits
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: nothing to lend")
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert Parallel().threads == 1
+        assert Parallel(share=pair[0]).threads == 2
+
+
+def test_the_shared_file_from_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "core-share"
+    create_core_share(path, 3)
+    monkeypatch.setenv(CORE_SHARE_ENV, f"{path}:2")
+    share = CoreShare.from_env()
+    assert share.slot == 2
+    for bad, why in ((f"{path}", "PATH:SLOT"), (f"{path}:x", "PATH:SLOT"), (f"{path}:3", "slot 3")):
+        monkeypatch.setenv(CORE_SHARE_ENV, bad)
+        with pytest.raises(ValueError, match=why):
+            CoreShare.from_env()
+    monkeypatch.delenv(CORE_SHARE_ENV)
+    assert CoreShare.from_env() is None
+
+
+def test_column_halves_run_one_after_the_other_give_the_same_product(pair):
+    prefill, decode = pair
+    parallel = Parallel(2, share=prefill)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((20, 30)).astype(np.float32), rng.standard_normal((30, 41)).astype(np.float32)
+    with decode.working(), parallel.single_threaded_blas():
+        got = parallel.matmul(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
