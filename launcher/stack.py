@@ -148,19 +148,22 @@ class Stack(StackSecurity):
     def router_target(self) -> str:
         return self.router.target
 
+    @property
+    def workers(self) -> list[Process]:
+        """The model workers, in the order of their core-share slots."""
+        return self.prefills + self.decodes
+
     def _threads_per_worker(self) -> int:
-        workers = len(self.prefills) + len(self.decodes)
-        return self.spec.threads_per_worker or max(1, (os.cpu_count() or 1) // max(1, workers))
+        return self.spec.threads_per_worker or max(1, (os.cpu_count() or 1) // max(1, len(self.workers)))
 
     def _plan_core_share(self) -> Path | None:
         """The workers' shared file where they split this host's cores one each though each could use two; None
         where each has its cores or the spec fixes them."""
-        workers = len(self.prefills) + len(self.decodes)
-        if (not self.spec.share_cores or self.spec.threads_per_worker or workers < 2
+        if (not self.spec.share_cores or self.spec.threads_per_worker or len(self.workers) < 2
                 or (os.cpu_count() or 1) < 2 or self._threads_per_worker() >= 2):
             return None
         path = self.log_dir / "core-share"
-        create_core_share(path, workers)
+        create_core_share(path, len(self.workers))
         return path
 
     def _env(self, p: Process | None = None) -> dict[str, str]:
@@ -170,9 +173,9 @@ class Stack(StackSecurity):
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
         env.pop(CORE_SHARE_ENV, None)
-        workers = self.prefills + self.decodes
-        if self.core_share is not None and p in workers:
-            env[CORE_SHARE_ENV] = f"{self.core_share}:{workers.index(p)}"
+        slot = next((i for i, w in enumerate(self.workers) if w is p), None)
+        if self.core_share is not None and slot is not None:
+            env[CORE_SHARE_ENV] = f"{self.core_share}:{slot}"
         if self.tied:
             env[PARENT_ENV] = str(os.getpid())
         return env

@@ -42,11 +42,20 @@ class _CoreShareCollector:
         family = CounterMetricFamily("pdserve_core_share_splits", "Two-way splits of the engine's work by the core "
                                      "they ran on, in a worker sharing the host's cores", labels=["core"])
         family.add_metric(["lent"], self.parallel.lent)
-        family.add_metric(["own"], self.parallel.kept)
+        family.add_metric(["own"], self.parallel.own)
         yield family
 
 
+_core_share: _CoreShareCollector | None = None
+
+
 def export_core_share(parallel) -> None:
-    """Export a core-sharing worker's split counts (nothing for a worker with cores of its own)."""
+    """Export a core-sharing worker's split counts (nothing for a worker with cores of its own); a worker built again
+    in the same process replaces the one before."""
+    global _core_share
+    if _core_share is not None:
+        REGISTRY.unregister(_core_share)
+        _core_share = None
     if parallel is not None and parallel.shares_cores:
-        REGISTRY.register(_CoreShareCollector(parallel))
+        _core_share = _CoreShareCollector(parallel)
+        REGISTRY.register(_core_share)

@@ -189,25 +189,28 @@ class LlamaModel:
             kv.length += n
         last = rms_norm(x[plan.offsets[1:] - 1], w.output_norm, self.eps)  # [n_sequences, hidden]
         head = w.quantized.output if quantized else None
-        return head(last, threads=self._quant_threads_now()) if head is not None else mm(last, w.output)  # [n_seqs, vocab]
+        return head(last, threads=self._quant_threads_now(head)) if head is not None else mm(last, w.output)  # [n_seqs, vocab]
 
-    def _quant_threads_now(self) -> int:
-        """The quantized products' threads for the next product (one while another worker holds the shared core)."""
-        return 1 if self.quant_threads < 2 else self.parallel.threads_now()
+    def _quant_threads_now(self, matrix: QuantizedMatrix) -> int:
+        """The threads of the next quantized product: its two halves on two threads only where it has two and the
+        second core is free now (kernels/core_share.py)."""
+        if self.quant_threads < 2 or not matrix.splits:
+            return 1
+        return self.quant_threads if self.parallel.split_now() else 1
 
     def _normed_product(self, x: np.ndarray, matrix: QuantizedMatrix | None, gain: np.ndarray | None,
                         dense: np.ndarray, mm) -> np.ndarray:
         """rms_norm(x) times a layer's matrix: the quantized one, with the norm's gain applied to its input, or the
         float32 one, which has the gain folded in."""
         if matrix is not None:
-            return matrix(rms_norm(x, gain, self.eps), threads=self._quant_threads_now())
+            return matrix(rms_norm(x, gain, self.eps), threads=self._quant_threads_now(matrix))
         return mm(rms_norm(x, None, self.eps), dense)
 
     def _add_product(self, x: np.ndarray, h: np.ndarray, matrix: QuantizedMatrix | None, dense: np.ndarray,
                      mm) -> None:
         """x += h times a layer's matrix (quantized: added in place by the kernel)."""
         if matrix is not None:
-            matrix(h, into=x, threads=self._quant_threads_now())
+            matrix(h, into=x, threads=self._quant_threads_now(matrix))
         else:
             x += mm(h, dense)
 

@@ -78,13 +78,18 @@ class QuantizedMatrix:
         """Bytes one product reads: the weight bytes and their scales (and minimums)."""
         return self.qs.nbytes + self.scales.nbytes + (self.mins.nbytes if self.format.has_min else 0)
 
+    @property
+    def splits(self) -> bool:
+        """Whether the product has two halves to run on two threads (more than one tile)."""
+        return self.qs.shape[0] > 1
+
     def __call__(self, x: np.ndarray, into: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
         """``x @ W.T`` as float32 ``[M, out]``; with ``into`` (float32 ``[M, out]``, C-contiguous) the product is
         added to it in place and it is returned. ``threads`` 2: the tiles in two halves on two threads."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         y = into if into is not None else np.empty((x.shape[0], self.out), dtype=np.float32)
         args = (self.scales, self.mins, np.float32(self.format.min_factor), self.qs, x, y)
-        if threads > 1 and self.qs.shape[0] > 1:
+        if threads > 1 and self.splits:
             self.format.halves(*args, into is not None)
         else:
             self.format.serial(*args, 0, self.qs.shape[0], into is not None)

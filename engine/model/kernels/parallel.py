@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import numpy as np  # (loads BLAS, whose thread count sets the default split)
 from threadpoolctl import ThreadpoolController
@@ -37,42 +37,40 @@ class Parallel:
 
     def __init__(self, threads: int | None = None, share: CoreShare | None = None) -> None:
         blas = ThreadpoolController().select(user_api="blas").lib_controllers
-        share = share or CoreShare.from_env()
         if threads is None:
+            share = share or CoreShare.from_env()
             threads = min([2, os.cpu_count() or 1, *([] if share else [lib.num_threads for lib in blas])])
         self.threads = max(1, threads)
         self._pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
         self._blas = blas if self._pool else []
         self._share = share if self._pool else None
-        self.lent = 0  # calls of both() that ran on a second core while sharing one
-        self.kept = 0  # calls of both() that ran on one because another worker was busy
+        self.lent = 0  # splits that ran on a second core while sharing the host's cores
+        self.own = 0  # splits kept to this worker's core because another worker was busy
 
     @property
     def shares_cores(self) -> bool:
+        """Whether this worker's second thread is a core it shares with other workers (kernels/core_share.py)."""
         return self._share is not None
 
-    def own_core_only(self) -> bool:
-        """Whether the second thread must wait now: another worker sharing the cores is in a forward pass."""
-        if self._share is None:
+    def split_now(self) -> bool:
+        """Whether a split about to run may take the second thread now (counted as lent or kept to one's own core)."""
+        if self._pool is None:
             return False
-        busy = self._share.others_busy()
-        if busy:
-            self.kept += 1
-        else:
-            self.lent += 1
-        return busy
+        if self._share is None:
+            return True
+        if self._share.others_busy():
+            self.own += 1
+            return False
+        self.lent += 1
+        return True
 
-    def threads_now(self) -> int:
-        """Threads a product may split over at this moment."""
-        return 1 if self.threads < 2 or self.own_core_only() else self.threads
-
-    def working(self):
+    def working(self) -> AbstractContextManager:
         """Context of one forward pass: the other workers sharing the cores see this one busy."""
         return self._share.working() if self._share else nullcontext()
 
     def both(self, fn: Callable, first: tuple, second: tuple) -> None:
         """fn(*first) and fn(*second) at once (the first on the pool), or one after the other on one worker."""
-        if self._pool is None or self.own_core_only():
+        if not self.split_now():
             fn(*first)
             fn(*second)
             return

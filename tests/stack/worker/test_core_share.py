@@ -34,6 +34,16 @@ def test_workers_sharing_two_cores_get_a_slot_each_and_nothing_else_does(two_cor
         stack.stop()
 
 
+def test_three_workers_get_three_slots(two_cores):
+    stack = Stack(StackSpec(n_prefill=2, n_decode=1, insecure_internal=True))
+    try:
+        path = stack.log_dir / "core-share"
+        assert [stack._env(p)[CORE_SHARE_ENV] for p in stack.workers] == [f"{path}:{i}" for i in range(3)]
+        assert path.read_bytes() == bytes(3)
+    finally:
+        stack.stop()
+
+
 @pytest.mark.parametrize("spec", [dict(share_cores=False), dict(threads_per_worker=1), dict(colocated=True)],
                          ids=["static-cores", "threads-given", "one-worker"])
 def test_no_share_where_the_split_is_fixed_or_a_worker_has_the_cores(two_cores, spec):
