@@ -67,6 +67,27 @@ _GAIE_PATH = (_DEEPSEEK_OVERHEADS_PD + "; and TTFT here is 0.8-3.7 s where the s
               "0.08-0.23 s: the time is spent on the Gateway API Inference Extension's path (Istio gateway, endpoint "
               "picker, the decode pod's routing sidecar sending the prefill request first), which the model does not "
               "have, and the higher TPOT (7.4-9.0 ms against 6.0-7.2) says its picks load the decode pods unevenly")
+# Llama-3.1-70B on eight A100s (SGLang v0.5.6, TP8, random prompts; the first rows of a dense 70B and of Ampere at TP8).
+_AMPERE_TP8 = ("Ampere priced with Hopper-fitted figures: a decode step of one request is modeled at 14.9 ms (10.0 ms of "
+               "weight reads at 86% of the A100's 2.04 TB/s, 2.0 ms for 160 all-reduces at 12.8 us, 2.8 ms for 800 "
+               "kernels at SGLang's 2.85 us and 0.5 ms per step) where the run measures 18.6 ms: the per-kernel and "
+               "all-reduce latencies were fitted on H200 and the bandwidth efficiency on Hopper, and no A100 row is "
+               "fitted; under load (16 and 100 at once) the step gap grows to 32%")
+_SGLANG_REQUEST = ("SGLang's per-request overhead, fitted on a two-node TP16 DeepSeek-R1 TTFT (139 ms, "
+                   "h100x16-tp16-ttft-128), is more than this single-node run's whole TTFT (132 ms for a 610-token "
+                   "prompt, of which the model's prefill is 69 ms)")
+_FIRST_WAVE = ("the run's mean TTFT is below what its first wave's compute allows: {n} prompts of {tokens} tokens on "
+               "average sent at once are {pflop} PFLOP, {s} s at the eight A100s' BF16 peak, so that wave alone would "
+               "put the mean over all {prompts} requests above {floor} s; the launch keeps SGLang's radix cache on, "
+               "and prompts that reuse cached prefixes are the likely reason, which random prompts in the model never "
+               "do (its median TTFT is within 50%)")
+_K2_DP4_B200 = ("Kimi-K2 on eight B200s at one request: the launch runs DP attention in four groups (--dp 4 with --tp "
+                "8, attention TP2), replayed as TP8 attention; DP attention adds a gather of the tokens before each "
+                "MoE layer and a scatter after it (120 more collectives a step, about 2 ms at the 15 us of a small "
+                "NVLink collective) and idle DP ranks step in lockstep. The rest of the gap (15.8 ms median ITL "
+                "against 7.8 ms modeled, 6.0 of it 1,941 kernels at SGLang's Hopper per-kernel figure) is "
+                "Blackwell's per-kernel cost for this model, which no B200 row fits: DeepSeek-R1 FP4 EP8 on the same "
+                "GPU is priced 17-24% slow with the same figure, so the two rows do not pin one number")
 SERVING_MISSES: dict[str, str] = {
     "gps-oss120-vllm-h100-tp1-4k200": _MXFP4_HOPPER,
     "gps-oss120-vllm-h100-tp1-2k100": _MXFP4_HOPPER,
@@ -93,4 +114,13 @@ SERVING_MISSES: dict[str, str] = {
                                               "in about 7.3 s, yet 8.00 requests/s means 25 s), so the throughput "
                                               "error has the opposite sign"),
     **{f"llmd-l8b-h100-8p8d-gaie-1k1k-c{c}": _GAIE_PATH for c in (32, 64, 128)},
+    "cook-l70-a100-tp8-1k1k-c1": _AMPERE_TP8 + "; and TTFT: " + _SGLANG_REQUEST,
+    "cook-l70-a100-tp8-8k1k-c1": _AMPERE_TP8 + "; and TTFT: " + _SGLANG_REQUEST,
+    "cook-l70-a100-tp8-1k1k-c16": _AMPERE_TP8 + "; and TTFT: " + _SGLANG_REQUEST,
+    "cook-l70-a100-tp8-8k1k-c16": _AMPERE_TP8 + "; and TTFT: " + _SGLANG_REQUEST,
+    "cook-l70-a100-tp8-1k1k-c100": _AMPERE_TP8 + "; and TTFT: " + _FIRST_WAVE.format(
+        n=100, tokens=500, pflop=7, s=2.8, prompts=500, floor=0.28),
+    "cook-l70-a100-tp8-8k1k-c64": "TTFT only (duration, throughput and TPOT within 6%): " + _FIRST_WAVE.format(
+        n=64, tokens="3,981", pflop=36, s=14, prompts=320, floor=1.4),
+    "cook-k2-b200-tp8dp4-sharegpt-c1": _K2_DP4_B200,
 }
