@@ -78,9 +78,9 @@ _SGLANG_REQUEST = ("SGLang's per-request overhead, fitted on a two-node TP16 Dee
                    "prompt, of which the model's prefill is 69 ms)")
 _FIRST_WAVE = ("the run's mean TTFT is below what its first wave's compute allows: {n} prompts of {tokens} tokens on "
                "average sent at once are {pflop} PFLOP, {s} s at the eight A100s' BF16 peak, so that wave alone would "
-               "put the mean over all {prompts} requests above {floor} s; the launch keeps SGLang's radix cache on, "
-               "and prompts that reuse cached prefixes are the likely reason, which random prompts in the model never "
-               "do (its median TTFT is within 50%)")
+               "put the mean over all {prompts} requests above {floor} s. The source does not say what spared that "
+               "wave (SGLang's radix cache is on, but its random prompts are ShareGPT texts repeated to length, "
+               "which seldom share prefixes); the model computes every prompt (its median TTFT is within 50%)")
 _K2_DP4_B200 = ("Kimi-K2 on eight B200s at one request: the launch runs DP attention in four groups (--dp 4 with --tp "
                 "8, attention TP2), replayed as TP8 attention; DP attention adds a gather of the tokens before each "
                 "MoE layer and a scatter after it (120 more collectives a step, about 2 ms at the 15 us of a small "
