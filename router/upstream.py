@@ -178,13 +178,18 @@ async def relay_decode(pool: WorkerPool, request: decode_pb2.DecodeRequest, time
         worker.inflight += 1
         call = worker.stub.Decode(request, timeout=timeout, metadata=request_metadata(request.request_id))
         track(call)
-        relayed = False
+        relayed = finished = False
         try:
             async for chunk in call:
-                relayed = True
+                relayed, finished = True, bool(chunk.step.finish_reason)
                 yield chunk
             return
         except grpc.aio.AioRpcError as err:
+            if finished:  # the worker went away after its last chunk: the request is complete, nothing to resume
+                if err.code() in WORKER_GONE:
+                    pool.mark_down(worker)
+                log.warning("decode worker %s went away after the request's last chunk", worker.target)
+                return
             if retry.unavailable(err) and not relayed:
                 pool.mark_down(worker)
                 log.warning("decode worker %s unavailable; retrying elsewhere", worker.target)
