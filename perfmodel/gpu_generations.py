@@ -11,13 +11,16 @@ weight precision it lacks falls back to.
   UE8M0/E4M3 scale factors), so block-scaled FP8 runs at the part's GEMM efficiency; NVFP4 weights run W4A4 at the FP4
   rate; MXFP4 experts (GPT-OSS) run with MXFP8 activations at the FP8 rate (FlashInfer's trtllm-gen MoE, which
   vLLM's GPT-OSS recipe enables with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8).
+- cdna3 (AMD MI300X): FP8 matrix cores (E4M3FNUZ; vLLM and SGLang rescale E4M3FN checkpoints at load) whose MFMA
+  instructions take no block scales, so block-scaled FP8 pays Hopper's promotion, on the vector ALUs; no FP4 (CDNA 4,
+  MI355X, adds it): FP4/MXFP4 run weight-only.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
+GENERATIONS = ("ampere", "ada", "hopper", "blackwell", "cdna3")
 
 
 class _Part(Protocol):

@@ -63,7 +63,7 @@ class GPU:
     nic_bandwidth: float = 45 * GIGA  # per 400 Gb/s NIC, achieved [M]
     nics: int = 8  # per 8-GPU server
     fp4_flops: float = 0.0  # dense FP4 tensor-core FLOP/s (0: no FP4 tensor cores, pre-Blackwell)
-    generation: str = "hopper"  # kernel-efficiency class: ampere, ada, hopper, blackwell (gpu_generations.py)
+    generation: str = "hopper"  # kernel-efficiency class: ampere, ada, hopper, blackwell, cdna3 (gpu_generations.py)
     nvlink_domain: int = 8  # GPUs one NVLink fabric joins (72 in a GB200 NVL72 rack; 1 without NVLink)
 
     def flops(self, precision: str) -> float:
@@ -159,13 +159,24 @@ MORE_GPUS: dict[str, GPU] = {
     "H100-NVL": GPU("H100-NVL", 835 * TERA, 1671 * TERA, 94e9 * 0.98, 3.9e12, 600 * GIGA, 132, nvlink_domain=2),
     # H200 NVL: 835 / 1,671 TFLOP/s dense [V]; 141 GB HBM3e at 4.8 TB/s [V]; NVLink bridge 900 GB/s, 2- or 4-way [V].
     "H200-NVL": GPU("H200-NVL", 835 * TERA, 1671 * TERA, GB141_BYTES, 4.8e12, 900 * GIGA, 132, nvlink_domain=4),
+    # AMD Instinct MI300X (750 W; amd.com/en/products/accelerators/instinct/mi300/mi300x.html): 1,307.4 BF16 / 2,614.9
+    # FP8 TFLOP/s dense [V]; 192 GB HBM3 at 5.3 TB/s [V]; 304 compute units (the SMs' counterpart) [V]; seven Infinity
+    # Fabric links of 128 GB/s to the seven other GPUs of an 8-GPU platform, 896 GB/s [V] (a full mesh, no switch).
+    # Usable memory [M]: rocm-smi reports 205,822,885,888 bytes. Measured [M]: hipBLASLt's best BF16 GEMM 708 TFLOP/s
+    # (0.54 of peak; AMD's "max-achievable FLOPs", rocm.blogs.amd.com measuring-max-achievable-flops-part2, 2025-02:
+    # the clock falls to 1.2 GHz of 2.1 under dense matrix work), FP8 1,273 (0.49); BabelStream 0.81 of the HBM peak
+    # ("AMD MI300X GPU Performance Analysis", arXiv 2025). Attention [E]: Hopper's 0.70 scaled by the GEMM ratio
+    # (0.54 / 0.75): no public FlashMLA-class figure for ROCm's MLA kernels of early 2025 (Triton decode, CK prefill).
+    "MI300X": GPU("MI300X", 1307.4 * TERA, 2614.9 * TERA, 205_822_885_888, 5.3e12, 896 * GIGA, 304,
+                  gemm_efficiency=0.54, hbm_efficiency=0.81, attention_efficiency=0.50, generation="cdna3"),
 }
 # The names users type for the same parts.
 GPU_ALIASES = {"h100-sxm": "H100", "h100-80g": "H100", "h200-sxm": "H200", "h200-141g": "H200", "h20": "H20-96G",
                "h20-3e": "H20-141G", "b200-180g": "B200", "gb200-nvl72": "GB200", "a100": "A100-80G",
                "a100-sxm-80g": "A100-80G", "a100-sxm-40g": "A100-40G", "a100-80gb": "A100-80G",
                "a100-40gb": "A100-40G", "l20-48g": "L20", "l40s-48g": "L40S", "h100-pcie-80g": "H100-PCIe",
-               "h100-nvl-94g": "H100-NVL", "h200-nvl-141g": "H200-NVL"}
+               "h100-nvl-94g": "H100-NVL", "h200-nvl-141g": "H200-NVL", "mi300x-192g": "MI300X",
+               "instinct-mi300x": "MI300X"}
 GPUS.update(MORE_GPUS)
 
 
