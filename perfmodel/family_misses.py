@@ -88,6 +88,28 @@ _K2_DP4_B200 = ("Kimi-K2 on eight B200s at one request: the launch runs DP atten
                 "against 7.8 ms modeled, 6.0 of it 1,941 kernels at SGLang's Hopper per-kernel figure) is "
                 "Blackwell's per-kernel cost for this model, which no B200 row fits: DeepSeek-R1 FP4 EP8 on the same "
                 "GPU is priced 17-24% slow with the same figure, so the two rows do not pin one number")
+# DeepSeek-R1 on eight MI300X (dstack, February 2025 ROCm images; the same client and workloads as its H200 rows).
+_ROCM_EARLY_2025 = ("DeepSeek-R1 on eight MI300X with ROCm images of February 2025 (SGLang 0.4.2.post4, vLLM "
+                    "0.7.3.dev): both stacks miss by about the same time per decode step at concurrency 4 (SGLang "
+                    "34.9 ms measured against 10.6 modeled, vLLM 46.2 against 18.7) where the same vLLM release on "
+                    "eight H200s measures 25.7 against 19.0: some 20-24 ms a step that ROCm adds, 10-13 us for each "
+                    "of the 1,919 kernels of a forward. The per-kernel and all-reduce figures are fitted on H200 "
+                    "(CUDA graphs, NVLink's custom all-reduce) and no ROCm row is fitted; these releases ran "
+                    "DeepSeek's MoE, MLA and block-FP8 GEMMs through Triton kernels (neither version list in the "
+                    "source names AMD's AITER kernels). The gap grows with the batch (TPOT at 128 at once: 135.7 ms "
+                    "against 44.2, 109.1 against 51.9) and prefill misses as well (mean TTFT at concurrency 4: "
+                    "1.26-1.64 s against 0.47-0.49), so it is not launch cost alone: the kernels themselves ran far "
+                    "below the GEMM (0.54 of peak, hipBLASLt) and HBM (0.81, BabelStream) rates the profile takes "
+                    "from measurements of tuned libraries")
+_ROCM_SGLANG_057 = ("DeepSeek-V3.1 on eight MI300X with SGLang 0.5.7 (TP8, AMD's runs in the SGLang cookbook): "
+                    "the decode step is 2.1-2.9x the modeled one at every load (TPOT 23.8 ms measured against 8.3 at "
+                    "one request, 35.5 against 16.6 at 16, 73.3 against 35.0 at 100), where SGLang 0.5.12 on eight "
+                    "H200 measures 9.7 ms at four (InferenceX, within the goal) and the model prices the MI300X "
+                    "slightly faster than the H200 (its 5.3 TB/s). The excess, some 15 ms a step at one request, "
+                    "shrinks with ROCm releases (20-24 ms with the February 2025 images, dstack's rows) but no ROCm "
+                    "row is fitted: the per-kernel and all-reduce figures are H200's (CUDA graphs, NVLink). Mean "
+                    "TTFT is also low at one request (the first request's warm-up: median within 16%) and high at "
+                    "64 with 8k prompts, where the modeled decode, twice as fast, sends prompts twice as often")
 SERVING_MISSES: dict[str, str] = {
     "gps-oss120-vllm-h100-tp1-4k200": _MXFP4_HOPPER,
     "gps-oss120-vllm-h100-tp1-2k100": _MXFP4_HOPPER,
@@ -123,4 +145,10 @@ SERVING_MISSES: dict[str, str] = {
     "cook-l70-a100-tp8-8k1k-c64": "TTFT only (duration, throughput and TPOT within 6%): " + _FIRST_WAVE.format(
         n=64, tokens="3,981", pflop=36, s=14, prompts=320, floor=1.4),
     "cook-k2-b200-tp8dp4-sharegpt-c1": _K2_DP4_B200,
+    **{f"dstack-mi300x-{stack}-tp8-3200x800-c{c}": _ROCM_EARLY_2025
+       for stack in ("sgl", "vllm") for c in (4, 8, 16, 32, 64, 128)},
+    **{f"dstack-mi300x-{stack}-tp8-3200x{n}-c128": _ROCM_EARLY_2025
+       for stack in ("sgl", "vllm") for n in (1600, 3200, 6400)},
+    **{f"cook-v31-mi300x-sgl057-tp8-{lengths}-c{c}": _ROCM_SGLANG_057
+       for lengths, loads in (("1k1k", (1, 16, 100)), ("1k8k", (1, 16, 64)), ("8k1k", (1, 16, 64))) for c in loads},
 }

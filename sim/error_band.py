@@ -28,13 +28,38 @@ class Band:
     matched: str  # what the rows share with the deployment, e.g. "sglang, H200, colocated"
     dropped: str  # what no held-out row matched ("" for an exact match)
     ranges: dict[str, tuple[float, float]]  # figure -> (min, max) relative error
+    # where the band left the GPU out: what the GPU's own held-out rows of other releases say ("" when none)
+    on_gpu: str = ""
 
     def describe(self) -> str:
         if not self.rows:
             return "no held-out run replayed to compare with"
-        spans = ", ".join(f"{name} {lo:+.0%}..{hi:+.0%}" for name, (lo, hi) in self.ranges.items())
-        miss = f"; no held-out {self.dropped} run, so the nearest" if self.dropped else ""
-        return f"held-out error band over {len(self.rows)} {self.matched} rows{miss}: {spans}"
+        other_software = " with this software" if self.on_gpu else ""
+        miss = f"; no held-out {self.dropped} run{other_software}, so the nearest" if self.dropped else ""
+        return f"held-out error band over {len(self.rows)} {self.matched} rows{miss}: {_spans(self.ranges)}{self.on_gpu}"
+
+
+def _spans(ranges: dict[str, tuple[float, float]]) -> str:
+    return ", ".join(f"{name} {lo:+.0%}..{hi:+.0%}" for name, (lo, hi) in ranges.items())
+
+
+def _ranges(chosen: list[dict]) -> dict[str, tuple[float, float]]:
+    ranges = {}
+    for name, figure in BANDED:
+        errs = [r["errors"][figure] for r in chosen if figure in r["errors"]]
+        if errs:
+            ranges[name] = (min(errs), max(errs))
+    return ranges
+
+
+def _on_gpu(table: list[dict], model: str, gpu: str) -> str:
+    """The model's held-out rows on the GPU under other software, which a band matched on the software leaves out: a
+    plan on a GPU whose only public runs miss should say so."""
+    rows = [r for r in table if r.get("hardware") == gpu and r.get("model") == model]
+    if not rows:
+        return ""
+    releases = ", ".join(sorted({r["software"] for r in rows}))
+    return f"; the {len(rows)} held-out {gpu} rows ({releases}): {_spans(_ranges(rows))}"
 
 
 def load(path: Path = ERRORS) -> list[dict]:
@@ -56,16 +81,12 @@ def band(d: Deployment, pd: bool, table: list[dict] | None = None) -> Band:
     for keys in tries:
         chosen = [r for r in table if all(r.get(k) == wanted[k] for k in keys)]
         if chosen:
-            ranges = {}
-            for name, figure in BANDED:
-                errs = [r["errors"][figure] for r in chosen if figure in r["errors"]]
-                if errs:
-                    ranges[name] = (min(errs), max(errs))
             matched = ", ".join(labels[k] for k in keys) or "all"
             dropped = " ".join(labels[k] for k in wanted if k not in keys and k != "software")
             if not keys:
                 dropped = " ".join(labels[k] for k in wanted)
-            return Band([r["id"] for r in chosen], matched, dropped, ranges)
+            on_gpu = "" if "hardware" in keys else _on_gpu(table, d.model, gpu)
+            return Band([r["id"] for r in chosen], matched, dropped, _ranges(chosen), on_gpu)
     return Band([], "", "", {})
 
 

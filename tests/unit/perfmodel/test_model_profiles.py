@@ -18,7 +18,7 @@ from pdserve.sim.planner import instance_shapes
 
 NEW_MODELS = ("qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "kimi-k2", "glm-4.5", "gpt-oss-120b", "gpt-oss-20b",
               "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")
-NEW_GPUS = ("B200", "GB200", "A100-40G", "A100-80G", "L20", "L40S", "H100-PCIe", "H100-NVL", "H200-NVL")
+NEW_GPUS = ("B200", "GB200", "A100-40G", "A100-80G", "L20", "L40S", "H100-PCIe", "H100-NVL", "H200-NVL", "MI300X")
 
 
 @pytest.mark.parametrize("name", list(CATALOG))
@@ -114,6 +114,10 @@ def test_gpu_generations_run_what_they_have_and_the_rest_weight_only():
     # Blackwell applies block scales in the MMA: no promotion loss against BF16, unlike Hopper
     assert b200.fp8_gemm_efficiency() == b200.gemm_efficiency > h100.fp8_gemm_efficiency()
     assert GPUS["GB200"].nvlink_domain == 72 and GPUS["L20"].nvlink_domain == 1
+    # CDNA 3: FP8 matrix cores without block scales (Hopper's promotion, fewer FLOP/s per CU to hide it), no FP4
+    mi300x = gpu("mi300x")
+    assert [mi300x.tensor_precision(p) for p in ("fp4", "mxfp4", "fp8")] == ["bf16", "bf16", "fp8"]
+    assert h100.fp8_gemm_efficiency("triton") < mi300x.fp8_gemm_efficiency("triton") < mi300x.gemm_efficiency
     for name in NEW_GPUS:
         g = gpu(name)
         assert g.bf16_flops > 0 and g.hbm_bytes > 30e9 and g.hbm_bandwidth > 5e11 and g.nvlink_bandwidth > 0
@@ -199,3 +203,4 @@ def test_coverage_table_counts_held_out_rows_per_model_and_gpu():
     assert cells[header.index("A100-80G")].startswith("3 step ") and cells[header.index("GB200")] == "-"
     per_model, per_gpu = held_out_counts(step, serving)
     assert per_model["qwen3-30b-a3b"] == 5 and per_gpu["B200"] == 6  # 4 DeepSeek-R1 rows, 2 Kimi-K2
+    assert per_gpu["MI300X"] == 27 and serving[("deepseek-r1", "MI300X")].held_out == 27

@@ -17,6 +17,8 @@ TABLE = [
      "errors": {"mean TTFT": 0.5}},
     {"id": "d", "model": "gpt-oss-20b", "software": "sglang", "hardware": "H100", "pd": False,
      "errors": {"mean TTFT": -0.93}},
+    {"id": "e", "model": "deepseek-r1", "software": "sglang-0.4", "hardware": "MI300X", "pd": False,
+     "errors": {"out tok/s": 2.3, "mean TTFT": -0.71, "mean TPOT": -0.70}},
 ]
 
 
@@ -30,6 +32,19 @@ def test_band_takes_the_closest_rows_and_says_what_it_dropped():
     other_gpu = band(parse_deployment("hardware=H20-96G,software=vllm"), pd=False, table=TABLE)
     assert other_gpu.rows == ["c"] and other_gpu.dropped == "H20-96G"
     assert band(parse_deployment(""), pd=False, table=[]).describe().startswith("no held-out run")
+
+
+def test_a_band_without_the_gpu_says_what_the_gpus_own_rows_of_other_releases_say():
+    """A current SGLang on MI300X has no row of its own, so the band is the H200's; the MI300X rows of an older release
+    (here 70% fast) are printed beside it instead of being hidden by the software match. Another model's rows on the
+    GPU are not (GPT-OSS on an H100 says nothing about DeepSeek there)."""
+    amd = band(parse_deployment("hardware=MI300X"), pd=False, table=TABLE)
+    assert amd.rows == ["a", "b"] and amd.dropped == "MI300X"
+    assert "no held-out MI300X run with this software, so the nearest" in amd.describe()
+    assert amd.describe().endswith("; the 1 held-out MI300X rows (sglang-0.4): throughput +230%..+230%, "
+                                   "TTFT -71%..-71%, TPOT -70%..-70%")
+    assert not band(parse_deployment("hardware=H200"), pd=False, table=TABLE).on_gpu
+    assert not band(parse_deployment("hardware=H100"), pd=False, table=TABLE).on_gpu
 
 
 def test_a_models_own_rows_come_before_another_models():
