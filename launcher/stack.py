@@ -44,7 +44,8 @@ class StackSpec:
     metrics: bool = False
     metrics_base_port: int = 0  # with metrics: fixed ports from here (METRICS_OFFSETS); 0: free ports
     fault_injection: bool = False
-    kv_shm: bool = False  # KV blocks through /dev/shm between the kvstores and the workers (all on this host)
+    # KV blocks through shared memory between the kvstores and the workers (all on this host: fewer copies than TLS)
+    kv_shm: bool = True
     extra: dict[str, list[str]] = field(default_factory=dict)  # service -> extra flags
     pace: str = "off"  # modeled clock for prefill and decode workers: off | realtime
     time_scale: float = 1.0

@@ -53,8 +53,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rounds", type=int, default=1,
                    help="--compare: run every mode this many times, the order rotating by round, and print the "
                         "medians of the throughputs and of the ratios to in-process")
-    g.add_argument("--kv-shm", action="store_true",
-                   help="--compare: the disaggregated stack moves KV blocks through shared memory (kvstore and workers)")
+    g.add_argument("--kv-shm", action=argparse.BooleanOptionalAction, default=True,
+                   help="--compare: the disaggregated stacks move KV blocks through shared memory, as pdserve up does "
+                        "(the default; the mode disaggregated_socket sends them over the socket in the same run)")
     g.add_argument("--prefill-flags", default="", metavar="FLAGS",
                    help="--compare: extra flags for the prefill worker, e.g. \"--max-num-batched-tokens 2048\"")
     g.add_argument("--decode-flags", default="", metavar="FLAGS",

@@ -3,6 +3,9 @@
 - ``in_process``: the engine in this process (one process, every core);
 - ``disaggregated``: router -> prefill -> kvstore -> decode, separate processes started here, the internal plane
   secured as ``pdserve up`` starts it (mutual TLS, per-RPC authorization, block MACs);
+- ``disaggregated_static``: the same with each worker kept to its own share of the cores (``--static-cores``);
+- ``disaggregated_socket``: the same with the KV blocks on the kvstore's TLS socket instead of shared memory
+  (``--no-kv-shm``);
 - ``disaggregated_insecure``: the same with ``--insecure-internal``, for what the security costs (the ratio line);
 - ``colocated``: router and a decode worker that prefills itself (no kvstore);
 - ``llama_server``: llama.cpp's own server on the same file and workload (bench/serve/llama_server.py), skipped with
@@ -34,7 +37,8 @@ from pdserve.workload.report import default_result_path, format_result, result_j
 from pdserve.workload.requests import ServedModel, build_requests
 from pdserve.workload.stats import summarize
 
-MODES = ("in_process", "disaggregated", "disaggregated_static", "disaggregated_insecure", "colocated", "llama_server")
+MODES = ("in_process", "disaggregated", "disaggregated_static", "disaggregated_socket", "disaggregated_insecure",
+         "colocated", "llama_server")
 
 
 def step_wall_seconds(stack, processes, phase: str) -> float:
@@ -47,7 +51,7 @@ def stack_cpu_seconds(stack) -> float:
     return sum(process_cpu_s(p.popen.pid) for p in stack.processes)
 
 
-def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = False,
+def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = True,
                    extra: dict[str, list[str]] | None = None, insecure_internal: bool = False,
                    share_cores: bool = True):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run, CPU
@@ -105,21 +109,25 @@ def format_comparison(workload: str, points: dict[str, dict]) -> str:
         lines.append(f"{mode:<{w}} {s['completed']:>4} {s['output_throughput']:>10.1f} {ratio:>10} "
                      f"{s['mean_ttft_ms']:>10.1f} {s['mean_tpot_ms']:>10.2f} {s['p99_e2el_ms']:>9.1f} "
                      f"{s['duration']:>9.1f}")
-    d = points.get("disaggregated", {}).get("handoff")
-    if d:
-        share = kv_write_share(d)
-        if share is not None:
-            lines.append(f"disaggregated KV hand-off per request: kvstore write {d['mean_kv_store_ms']:.1f} ms = "
-                         f"{share:.1f}% of prefill compute ({d['prefill_compute_per_request_ms']:.1f} ms: "
-                         f"{d['prefill_compute_s']:.2f} s of prefill steps / requests)")
-        else:
-            lines.append(f"disaggregated KV hand-off per request: kvstore write {d['mean_kv_store_ms']:.1f} ms "
-                         f"(prefill compute not exposed by the workers' metrics)")
-        lines.append(f"decode's KV fetch before the second token: {d['mean_kv_fetch_ms']:.1f} ms mean, "
-                     f"{d['p99_kv_fetch_ms']:.1f} ms p99")
+    for mode, p in points.items():
+        if "handoff" in p:
+            lines.extend(handoff_lines(mode, p["handoff"]))
     if "disaggregated" in points and "disaggregated_insecure" in points:
         lines.append(security_cost(points["disaggregated"]["summary"], points["disaggregated_insecure"]["summary"]))
     return "\n".join(lines)
+
+
+def handoff_lines(mode: str, d: dict) -> list[str]:
+    share = kv_write_share(d)
+    if share is not None:
+        write = (f"{mode} KV hand-off per request: kvstore write {d['mean_kv_store_ms']:.1f} ms = {share:.1f}% of "
+                 f"prefill compute ({d['prefill_compute_per_request_ms']:.1f} ms: {d['prefill_compute_s']:.2f} s of "
+                 f"prefill steps / requests)")
+    else:
+        write = (f"{mode} KV hand-off per request: kvstore write {d['mean_kv_store_ms']:.1f} ms (prefill compute not "
+                 f"exposed by the workers' metrics)")
+    return [write, f"{mode}: decode's KV fetch before the second token: {d['mean_kv_fetch_ms']:.1f} ms mean, "
+                   f"{d['p99_kv_fetch_ms']:.1f} ms p99"]
 
 
 def security_cost(secured: dict, insecure: dict) -> str:
@@ -149,7 +157,8 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
         backend_name = "llama.cpp-server"
     else:
         extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
-        result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, a.kv_shm, extra,
+        kv_shm = a.kv_shm and mode != "disaggregated_socket"
+        result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, kv_shm, extra,
                                                   insecure_internal=mode == "disaggregated_insecure",
                                                   share_cores=mode != "disaggregated_static")
         backend_name = f"pdserve-{mode}"
@@ -181,11 +190,12 @@ def format_rounds(rounds: list[dict[str, dict]]) -> str:
         ratio = (f"{np.median(ratios):>10.2f} {min(ratios):>5.2f}-{max(ratios):<5.2f}" if ratios
                  else f"{'-':>10} {'':>11}")
         lines.append(f"{mode:<22} {np.median(tps):>10.1f} {min(tps):>6.1f}-{max(tps):<6.1f} {ratio}".rstrip())
-    shares = [share for p in rounds if "disaggregated" in p
-              for share in [kv_write_share(p["disaggregated"]["handoff"])] if share is not None]
-    if shares:
-        lines.append(f"disaggregated kvstore write per request: median {np.median(shares):.1f}% of prefill compute "
-                     f"({min(shares):.1f}-{max(shares):.1f}%)")
+    for mode in modes:
+        shares = [share for p in rounds if "handoff" in p.get(mode, {})
+                  for share in [kv_write_share(p[mode]["handoff"])] if share is not None]
+        if shares:
+            lines.append(f"{mode} kvstore write per request: median {np.median(shares):.1f}% of prefill compute "
+                         f"({min(shares):.1f}-{max(shares):.1f}%)")
     return "\n".join(lines)
 
 

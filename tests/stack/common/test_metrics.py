@@ -119,6 +119,9 @@ def test_operator_series_exist_with_their_meanings(metrics_stack):
     assert samples(s, kv, "pdserve_kvstore_operation_seconds_count")[(("op", "put"),)] == 5
     assert samples(s, kv, "pdserve_kvstore_leases")[()] == 0
     assert samples(s, kv, "pdserve_kvstore_used_bytes")[()] > 0
+    # pdserve up moves the blocks through shared memory by default (its processes share the host): Puts and Gets
+    shm = sum(samples(s, kv, "pdserve_kvstore_shm_bytes_total").values())
+    assert shm >= 2 * samples(s, kv, "pdserve_kvstore_used_bytes")[()] > 0
     assert ("pdserve_decode_num_preemptions_total", ()) in s.scrape(s.decodes[0])
 
 
