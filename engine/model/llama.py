@@ -86,8 +86,12 @@ class LlamaModel:
         self.weight_path = weight_path
         quantized = self.weights.quantized
         self.quant_threads = parallel_threads(self.parallel.threads) if quantized else 1
+        # a worker sharing the host's cores measures on its own core: its products get the second one only while the
+        # other workers rest, and a two-thread timing taken while they load lost even at batch 1 (crossover 0: every
+        # decode step on float32, 3x slower)
+        measured_threads = 1 if self.parallel.shares_cores else self.quant_threads
         self.crossover = 0 if quantized is None or weight_path == "float32" else model_crossover(
-            (c.fingerprint, self.quant_threads), quantized, self.dense_matrices(), self.quant_threads)
+            (c.fingerprint, measured_threads), quantized, self.dense_matrices(), measured_threads)
 
     def dense_matrices(self) -> list[np.ndarray]:
         """Every float32 matrix of a step in the order of engine.crossover.step_matrices, ``[in, out]``."""

@@ -129,3 +129,23 @@ def test_column_halves_run_one_after_the_other_give_the_same_product(pair):
     with decode.working(), parallel.single_threaded_blas():
         got = parallel.matmul(a, b)
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_worker_sharing_the_cores_measures_its_crossover_on_one_thread(pair, tmp_path, tiny_model_path, monkeypatch):
+    """The load-time crossover (engine/model/crossover.py) of a worker that shares the host's cores is timed with one
+    quantized thread, the one it always has: timed with two while the other worker loads too, the quantized products
+    lost even at batch 1 in one stack start of four, and every decode step ran float32 (TPOT 138 ms against 40-58)."""
+    from pdserve.engine.model import llama
+    from pdserve.engine.model.gguf_model import load_gguf
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: nothing to lend")
+    measured = []
+    monkeypatch.setattr(llama, "model_crossover", lambda key, q, dense, threads: measured.append(threads) or 8)
+    monkeypatch.setenv(CORE_SHARE_ENV, f"{tmp_path / 'core-share'}:0")
+    loaded = load_gguf(str(tiny_model_path), quantized=True)
+    shared = llama.LlamaModel(loaded)
+    assert shared.parallel.shares_cores and measured == [1] and shared.crossover == 8
+    monkeypatch.delenv(CORE_SHARE_ENV)
+    alone = llama.LlamaModel(loaded)
+    assert not alone.parallel.shares_cores and measured == [1, alone.quant_threads]
