@@ -177,7 +177,7 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     add_deployment_flag(p, help="the workers' modeled deployment (KEY=V,..; e.g. hardware=H200,dp_attention=1)")
     p.add_argument("--kv-shm", action=argparse.BooleanOptionalAction, default=True,
                    help="move KV blocks between the kvstores and the workers through shared memory, all being on this "
-                        "host (the default); --no-kv-shm sends them over the TLS socket")
+                        "host (the default); --no-kv-shm sends them over the kvstore's socket")
     p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=tuple(KV_DTYPES),
                    help="the KV cache's element type on every worker, in the kvstore and on the wire")
     p.add_argument("--calibration", default=None, metavar="CAL.json",

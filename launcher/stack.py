@@ -23,6 +23,7 @@ from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.common.server import PARENT_ENV
 from pdserve.engine.kv.budget import DEFAULT_KV_BLOCKS
 from pdserve.engine.model.kernels.core_share import CORE_SHARE_ENV, create_core_share
+from pdserve.kvstore.shm import available as shm_available
 from pdserve.kvstore.store import DEFAULT_CAPACITY_MB
 from pdserve.launcher.identities import StackSecurity
 from pdserve.launcher.ports import free_port, metrics_port_for
@@ -112,7 +113,8 @@ class Stack(StackSecurity):
         self._plan_security()
         model = (["--model", s.model] if s.model else []) + (["--kv-dtype", s.kv_dtype] if s.kv_dtype != "float32" else [])
         clock = ["--pace", s.pace, "--time-scale", str(s.time_scale)] + (["--deployment", s.deployment] if s.deployment else [])
-        shm = ["--kv-shm"] if s.kv_shm and not s.colocated else []
+        # (where this platform has memfd and SCM_RIGHTS: a kvstore asked for --kv-shm without them exits)
+        shm = ["--kv-shm"] if s.kv_shm and not s.colocated and shm_available() else []
         kvstores = []
         if not s.colocated:
             for i in range(s.n_kvstore):

@@ -21,14 +21,15 @@ from pdserve.client.client import PdserveClient
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.workload.report import fixed_width
 
-SHM = {"kvstore": ["--kv-shm"], "prefill": ["--kv-shm"], "decode": ["--kv-shm"]}
 MODES: dict[str, dict[str, list[str]]] = {
-    # each chunk's blocks stored as it finishes; decode still fetches after prefill returned
+    # each chunk's blocks stored as it finishes, on the socket; decode still fetches after prefill returned
     "store per chunk": {"router": ["--no-decode-prefetch"]},
-    # and a decode worker imports the blocks as they land (Decode.Prefetch): the default stack
+    # and a decode worker imports the blocks as they land (Decode.Prefetch)
     "+ prefetch": {},
-    "+ prefetch + shm": SHM,
+    # and the blocks through shared memory: pdserve up's default stack
+    "+ prefetch + shm": {},
 }
+SHM_MODES = ("+ prefetch + shm",)
 
 
 @dataclass
@@ -67,7 +68,7 @@ def run_handoff_bench(model: str | None, prompt_len: int, requests: int, chunk_t
             rng = np.random.default_rng(seed)  # the same prompts for every mode and dtype
             extra = {name: list(flags) for name, flags in MODES[mode].items()}
             extra.setdefault("prefill", []).extend(["--max-num-batched-tokens", str(chunk_tokens)])
-            with (Stack(StackSpec(model=model, extra=extra, kv_dtype=kv_dtype)) as stack,
+            with (Stack(StackSpec(model=model, extra=extra, kv_dtype=kv_dtype, kv_shm=mode in SHM_MODES)) as stack,
                   PdserveClient(stack.router_target) as client):
                 vocab = stack_vocab(model)
                 prompts = [rng.integers(3, vocab, prompt_len).tolist() for _ in range(requests + 1)]

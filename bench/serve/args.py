@@ -41,7 +41,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=None, help="GGUF for --compare (default: SmolLM2-135M-Instruct)")
     g.add_argument("--modes", default="in_process,disaggregated,colocated",
                    help="--compare: which of in_process, disaggregated, disaggregated_static (the workers on one core "
-                        "each, never lending it: the split before core sharing), disaggregated_insecure (the internal "
+                        "each, never lending it: the split before core sharing), disaggregated_socket (the KV blocks "
+                        "on the kvstore's socket instead of shared memory), disaggregated_insecure (the internal "
                         "plane run with --insecure-internal: what its security costs), colocated, llama_server (llama.cpp's "
                         "server on the same file and workload)")
     g.add_argument("--llama-server", default=None, metavar="PATH",

@@ -94,7 +94,7 @@ def test_a_wrong_checksum_or_an_unregistered_file_is_refused(shm_stack):
 def test_a_kvstore_without_shm_gets_the_socket():
     from pdserve.launcher.stack import Stack, StackSpec
 
-    stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1, kv_capacity_mb=16)).start(60)
+    stack = Stack(StackSpec(n_prefill=0, n_decode=0, n_kvstore=1, kv_capacity_mb=16, kv_shm=False)).start(60)
     try:
         lease = router_lease(stack)
 
