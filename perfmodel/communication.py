@@ -44,7 +44,7 @@ def allreduce_seconds(nbytes: float, gpu: GPU, ranks: int, gpus_per_node: int = 
         t = ALLREDUCE_SECONDS[-1] * nbytes / ALLREDUCE_BYTES[-1]
     else:  # np.interp holds the first point below the measured range
         t = math.exp(np.interp(math.log(nbytes), np.log(ALLREDUCE_BYTES), np.log(ALLREDUCE_SECONDS)))
-    t *= max(1.0, 900 * GIGA / gpu.nvlink_bandwidth)  # measured on 900 GB/s NVLink
+    t *= max(1.0, 900 * GIGA / gpu.group_bandwidth(min(ranks, gpus_per_node)))  # measured on 900 GB/s NVLink
     nodes = -(-ranks // gpus_per_node)
     if nodes > 1:
         local = min(ranks, gpus_per_node)

@@ -94,7 +94,7 @@ class Side:
     gpus_per_node: int
     nics: int  # per node (perfmodel/nics.py)
     nic_bandwidth: float  # bytes/s one NIC really moves
-    nvlink_bandwidth: float  # bytes/s per GPU, both directions
+    nvlink_bandwidth: float  # bytes/s between two GPUs of a node, both directions
 
     @property
     def nic_count(self) -> int:
@@ -104,7 +104,8 @@ class Side:
     @classmethod
     def of(cls, timing) -> "Side":
         p, g = timing.parallel, timing.gpu
-        return cls(p.attention_shards, p.gpus, p.gpus_per_node, g.nics, g.nic_bandwidth, g.nvlink_bandwidth)
+        # a transfer between two GPUs of one node: a whole NVLink port, or one link of a point-to-point mesh
+        return cls(p.attention_shards, p.gpus, p.gpus_per_node, g.nics, g.nic_bandwidth, g.group_bandwidth(2))
 
 
 class HandOff:

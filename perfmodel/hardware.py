@@ -65,6 +65,10 @@ class GPU:
     fp4_flops: float = 0.0  # dense FP4 tensor-core FLOP/s (0: no FP4 tensor cores, pre-Blackwell)
     generation: str = "hopper"  # kernel-efficiency class: ampere, ada, hopper, blackwell, cdna3 (gpu_generations.py)
     nvlink_domain: int = 8  # GPUs one NVLink fabric joins (72 in a GB200 NVL72 rack; 1 without NVLink)
+    # a fabric of point-to-point links instead of a switch (AMD's Infinity Fabric mesh): one link's bytes/s, both
+    # directions; a group of n GPUs then talks over n - 1 of them. 0: switched (NVSwitch), any group at the full rate
+    peer_link_bandwidth: float = 0.0
+    fp8_gemm_ceiling: float = 1.0  # the most of the FP8 peak any FP8 GEMM reaches here, where one is measured [M]
 
     def flops(self, precision: str) -> float:
         return {"fp8": self.fp8_flops, "fp4": self.fp4_flops}.get(precision) or self.bf16_flops
@@ -77,7 +81,15 @@ class GPU:
     def fp8_gemm_efficiency(self, kernels: str = "deepgemm") -> float:
         if self.generation == "blackwell":  # block scales applied inside the MMA: no promotion on the CUDA cores
             return self.gemm_efficiency
-        return fp8_block_gemm_efficiency(self.gemm_efficiency, self.fp8_flops, self.sms, FP8_KERNELS[kernels])
+        derived = fp8_block_gemm_efficiency(self.gemm_efficiency, self.fp8_flops, self.sms, FP8_KERNELS[kernels])
+        return min(derived, self.fp8_gemm_ceiling)
+
+    def group_bandwidth(self, ranks: int) -> float:
+        """Bytes/s (both directions) one GPU has towards the others of a group of ``ranks`` GPUs in its node: the whole
+        NVLink rate through a switch; on a point-to-point mesh only the links to the group's other members."""
+        if not self.peer_link_bandwidth or ranks < 2:
+            return self.nvlink_bandwidth
+        return min(self.nvlink_bandwidth, self.peer_link_bandwidth * (ranks - 1))
 
     def gemm_rate(self, precision: str, kernels: str = "deepgemm") -> float:
         """FLOP/s a large GEMM on weights of this precision really reaches (FP8: on that family of block-scaled
@@ -164,11 +176,13 @@ MORE_GPUS: dict[str, GPU] = {
     # Fabric links of 128 GB/s to the seven other GPUs of an 8-GPU platform, 896 GB/s [V] (a full mesh, no switch).
     # Usable memory [M]: rocm-smi reports 205,822,885,888 bytes. Measured [M]: hipBLASLt's best BF16 GEMM 708 TFLOP/s
     # (0.54 of peak; AMD's "max-achievable FLOPs", rocm.blogs.amd.com measuring-max-achievable-flops-part2, 2025-02:
-    # the clock falls to 1.2 GHz of 2.1 under dense matrix work), FP8 1,273 (0.49); BabelStream 0.81 of the HBM peak
-    # ("AMD MI300X GPU Performance Analysis", arXiv 2025). Attention [E]: Hopper's 0.70 scaled by the GEMM ratio
-    # (0.54 / 0.75): no public FlashMLA-class figure for ROCm's MLA kernels of early 2025 (Triton decode, CK prefill).
+    # the clock falls to 1.2 GHz of 2.1 under dense matrix work), FP8 1,273 (0.487: the ceiling of any FP8 GEMM
+    # here); BabelStream 0.81 of the HBM peak ("AMD MI300X GPU Performance Analysis", arXiv 2025). Attention [E]:
+    # Hopper's 0.70 scaled by the GEMM ratio (0.54 / 0.75): no public FlashMLA-class figure for ROCm's MLA kernels of
+    # early 2025 (Triton decode, CK prefill). The links are point to point: a TP2 pair shares one 128 GB/s link.
     "MI300X": GPU("MI300X", 1307.4 * TERA, 2614.9 * TERA, 205_822_885_888, 5.3e12, 896 * GIGA, 304,
-                  gemm_efficiency=0.54, hbm_efficiency=0.81, attention_efficiency=0.50, generation="cdna3"),
+                  gemm_efficiency=0.54, hbm_efficiency=0.81, attention_efficiency=0.50, generation="cdna3",
+                  peer_link_bandwidth=128 * GIGA, fp8_gemm_ceiling=1273 / 2614.9),
 }
 # The names users type for the same parts.
 GPU_ALIASES = {"h100-sxm": "H100", "h100-80g": "H100", "h200-sxm": "H200", "h200-141g": "H200", "h20": "H20-96G",

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from pdserve.perfmodel.communication import allreduce_seconds
 from pdserve.perfmodel.deployment import Deployment, check_deployment, deployment_text, parse_deployment
 from pdserve.perfmodel.hardware import GPUS, gpu
 from pdserve.perfmodel.hf_config import load_model_config, profile_from_config
@@ -118,6 +119,11 @@ def test_gpu_generations_run_what_they_have_and_the_rest_weight_only():
     mi300x = gpu("mi300x")
     assert [mi300x.tensor_precision(p) for p in ("fp4", "mxfp4", "fp8")] == ["bf16", "bf16", "fp8"]
     assert h100.fp8_gemm_efficiency("triton") < mi300x.fp8_gemm_efficiency("triton") < mi300x.gemm_efficiency
+    assert mi300x.fp8_gemm_efficiency("deepgemm") == pytest.approx(1273 / 2614.9)  # AMD's measured FP8 ceiling
+    # a point-to-point mesh: a TP2 pair has one 128 GB/s link, TP8 all seven; NVSwitch gives any group the full rate
+    assert mi300x.group_bandwidth(2) == 128e9 and mi300x.group_bandwidth(8) == mi300x.nvlink_bandwidth == 896e9
+    assert h100.group_bandwidth(2) == h100.nvlink_bandwidth
+    assert allreduce_seconds(1e6, mi300x, 2) > 5 * allreduce_seconds(1e6, mi300x, 8)
     for name in NEW_GPUS:
         g = gpu(name)
         assert g.bf16_flops > 0 and g.hbm_bytes > 30e9 and g.hbm_bandwidth > 5e11 and g.nvlink_bandwidth > 0
