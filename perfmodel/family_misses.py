@@ -90,36 +90,39 @@ _K2_DP4_B200 = ("Kimi-K2 on eight B200s at one request: the launch runs DP atten
                 "GPU is priced 17-24% slow with the same figure, so the two rows do not pin one number")
 # DeepSeek-R1 on eight MI300X (dstack, February 2025 ROCm images; the same client and workloads as its H200 rows).
 _ROCM_EARLY_2025 = ("DeepSeek-R1 on eight MI300X with ROCm images of February 2025 (SGLang 0.4.2.post4, vLLM "
-                    "0.7.3.dev): both stacks miss by about the same time per decode step at concurrency 4 (SGLang "
-                    "34.9 ms measured against 10.6 modeled, vLLM 46.2 against 18.7) where the same vLLM release on "
-                    "eight H200s measures 25.7 against 19.0: some 20-24 ms a step that ROCm adds, 10-13 us for each "
-                    "of the 1,919 kernels of a forward. The per-kernel and all-reduce figures are fitted on H200 "
-                    "(CUDA graphs, NVLink's custom all-reduce) and no ROCm row is fitted; these releases ran "
-                    "DeepSeek's MoE, MLA and block-FP8 GEMMs through Triton kernels (neither version list in the "
-                    "source names AMD's AITER kernels). The gap grows with the batch (TPOT at 128 at once: 135.7 ms "
-                    "against 44.2, 109.1 against 51.9) and prefill misses as well (mean TTFT at concurrency 4: "
-                    "1.26-1.64 s against 0.47-0.49), so it is not launch cost alone: the kernels themselves ran far "
-                    "below the GEMM (0.54 of peak, hipBLASLt) and HBM (0.81, BabelStream) rates the profile takes "
-                    "from measurements of tuned libraries")
+                    "0.7.3.dev): at concurrency 4 both stacks' decode steps are 24-28 ms longer than modeled (SGLang "
+                    "at TP8 34.9 ms measured against 10.6, vLLM 46.2 against 18.7), where vLLM 0.7 on eight H200s "
+                    "(0.7.4.dev, dstack's same client and workload) is 6.7 ms longer (25.7 against 19.0): some 21 ms "
+                    "a step that ROCm adds to vLLM, 11 us for each of the 1,919 kernels of a forward (SGLang has no "
+                    "like-for-like H200 row: its H200 runs use DP attention). The per-kernel and all-reduce figures "
+                    "are fitted on H200 (CUDA graphs, NVLink's custom all-reduce) and no ROCm row is fitted; these "
+                    "releases ran DeepSeek's MoE, MLA and block-FP8 GEMMs through Triton kernels (neither version "
+                    "list in the source names AMD's AITER kernels). The gap grows with the batch (TPOT at 128 at "
+                    "once: 135.7 ms against 44.2, 109.1 against 51.9) and prefill misses as well (mean TTFT at "
+                    "concurrency 4: 1.26-1.64 s against 0.47-0.49), so it is not launch cost alone: the kernels "
+                    "themselves ran far below the GEMM (0.54 of peak, hipBLASLt) and HBM (0.81, BabelStream) rates "
+                    "the profile takes from measurements of tuned libraries")
 _ROCM_SGLANG_057 = ("DeepSeek-V3.1 on eight MI300X with SGLang 0.5.7 (TP8, AMD's runs in the SGLang cookbook): "
-                    "the decode step is 2.1-2.9x the modeled one at every load (TPOT 23.8 ms measured against 8.3 at "
+                    "the decode step is 1.9-3.0x the modeled one at every load (TPOT 23.8 ms measured against 8.3 at "
                     "one request, 35.5 against 16.6 at 16, 73.3 against 35.0 at 100), where SGLang 0.5.12 on eight "
                     "H200 measures 9.7 ms at four (InferenceX, within the goal) and the model prices the MI300X "
                     "slightly faster than the H200 (its 5.3 TB/s). The excess, some 15 ms a step at one request, "
-                    "shrinks with ROCm releases (20-24 ms with the February 2025 images, dstack's rows) but no ROCm "
-                    "row is fitted: the per-kernel and all-reduce figures are H200's (CUDA graphs, NVLink). Mean "
-                    "TTFT is also low at one request (the first request's warm-up: median within 16%) and high at "
-                    "64 with 8k prompts, where the modeled decode, twice as fast, sends prompts twice as often")
+                    "is smaller than the February 2025 images' (21 ms for vLLM 0.7, dstack's rows) but no ROCm row "
+                    "is fitted: the per-kernel and all-reduce figures are H200's (CUDA graphs, NVLink). Mean TTFT at "
+                    "one request is 68-69% low in two of the three runs, whose means are 2-3x their medians (557.9 "
+                    "against 213.6 ms, 883.8 against 481.4: a few slow requests the model does not have), and high "
+                    "at 64 with 8k prompts, where the modeled decode, twice as fast, sends prompts twice as often")
 # GPT-OSS-120B in SGLang P/D on one 8 x H200 node (dstack's P/D-ratio runs: TP2 instances, NIXL, outputs ended by EOS).
 _PD_OSS_H200 = ("GPT-OSS-120B in SGLang P/D on one H200 node (TP2 instances over NIXL): decode is priced 10-55% fast "
                 "(TPOT at 32 at once over three decode instances: 7.9 ms measured against 5.3, of which 2.3 ms are the "
                 "experts a step reads at the HBM efficiency and 1.9 ms SGLang's per-kernel and per-step figures fitted "
                 "on DeepSeek-R1 TP8) and prefill faster still: Hopper has no FP4 tensor cores, so the MXFP4 experts "
                 "run weight-only (Triton's matmul_ogs with BF16 activations), priced at the bandwidth roofline and the "
-                "BF16 GEMM efficiency where GPT-OSS on one H100 shows those kernels far below both. Prompts therefore "
-                "queue at 128 at once in the runs and not in the model (mean TTFT 0.8-4.0 s measured, 0.2-2.2 s "
-                "modeled), while at 32 at once SGLang's per-request overhead, fitted on a two-node TP16 DeepSeek-R1 "
-                "TTFT (139 ms), is most of the whole measured TTFT (100-210 ms)")
+                "BF16 GEMM efficiency where GPT-OSS on one H100 shows those kernels far below both. At 128 at once "
+                "the model's mean TTFT is 37-81% low in 8 of the 9 runs (0.4-4.0 s measured: prompts queue for the "
+                "prefill instances in the runs and not in the model), while at 32 at once SGLang's per-request "
+                "overhead, fitted on a two-node TP16 DeepSeek-R1 TTFT (139 ms), is most of the whole measured TTFT "
+                "(100-210 ms)")
 SERVING_MISSES: dict[str, str] = {
     "gps-oss120-vllm-h100-tp1-4k200": _MXFP4_HOPPER,
     "gps-oss120-vllm-h100-tp1-2k100": _MXFP4_HOPPER,

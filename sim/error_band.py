@@ -28,14 +28,15 @@ class Band:
     matched: str  # what the rows share with the deployment, e.g. "sglang, H200, colocated"
     dropped: str  # what no held-out row matched ("" for an exact match)
     ranges: dict[str, tuple[float, float]]  # figure -> (min, max) relative error
-    # where the band left the GPU out: what the GPU's own held-out rows of other releases say ("" when none)
+    # where the band left out the GPU or the model: what the model's own held-out rows on that GPU say, under other
+    # software or the other kind (P/D or colocated); "" when there are none
     on_gpu: str = ""
 
     def describe(self) -> str:
         if not self.rows:
             return "no held-out run replayed to compare with"
-        other_software = " with this software" if self.on_gpu else ""
-        miss = f"; no held-out {self.dropped} run{other_software}, so the nearest" if self.dropped else ""
+        qualified = " of this software and kind" if self.on_gpu else ""
+        miss = f"; no held-out {self.dropped} run{qualified}, so the nearest" if self.dropped else ""
         return f"held-out error band over {len(self.rows)} {self.matched} rows{miss}: {_spans(self.ranges)}{self.on_gpu}"
 
 
@@ -52,14 +53,15 @@ def _ranges(chosen: list[dict]) -> dict[str, tuple[float, float]]:
     return ranges
 
 
-def _on_gpu(table: list[dict], model: str, gpu: str) -> str:
-    """The model's held-out rows on the GPU under other software, which a band matched on the software leaves out: a
-    plan on a GPU whose only public runs miss should say so."""
-    rows = [r for r in table if r.get("hardware") == gpu and r.get("model") == model]
+def _on_gpu(table: list[dict], model: str, gpu: str, band_rows: list[str]) -> str:
+    """The model's held-out rows on the GPU that the band left out (other software, or the other kind), which a band
+    matched on the software or the kind does not show: a plan on a GPU whose public runs of that model miss should say
+    so whichever release it plans."""
+    rows = [r for r in table if r.get("hardware") == gpu and r.get("model") == model and r["id"] not in band_rows]
     if not rows:
         return ""
-    releases = ", ".join(sorted({r["software"] for r in rows}))
-    return f"; the {len(rows)} held-out {gpu} rows ({releases}): {_spans(_ranges(rows))}"
+    kinds = sorted({f"{r['software']} {'P/D' if r.get('pd') else 'colocated'}" for r in rows})
+    return f"; on the {gpu} itself, {len(rows)} held-out {model} rows ({', '.join(kinds)}): {_spans(_ranges(rows))}"
 
 
 def load(path: Path = ERRORS) -> list[dict]:
@@ -85,8 +87,9 @@ def band(d: Deployment, pd: bool, table: list[dict] | None = None) -> Band:
             dropped = " ".join(labels[k] for k in wanted if k not in keys and k != "software")
             if not keys:
                 dropped = " ".join(labels[k] for k in wanted)
-            on_gpu = "" if "hardware" in keys else _on_gpu(table, d.model, gpu)
-            return Band([r["id"] for r in chosen], matched, dropped, _ranges(chosen), on_gpu)
+            ids = [r["id"] for r in chosen]
+            on_gpu = "" if {"model", "hardware"} <= set(keys) else _on_gpu(table, d.model, gpu, ids)
+            return Band(ids, matched, dropped, _ranges(chosen), on_gpu)
     return Band([], "", "", {})
 
 

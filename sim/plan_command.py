@@ -181,7 +181,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
                "pareto": front, "best_per_hardware": best_per_hw, "baseline": _row(base), "winner": _row(winner),
                "explanation": notes, "facts": facts,
                "error_bands": {k: {"rows": b.rows, "matched": b.matched, "dropped": b.dropped,
-                                   "ranges": b.ranges} for k, b in bands.items()},
+                                   "ranges": b.ranges, "on_gpu": b.on_gpu} for k, b in bands.items()},
                "simulations": planner.simulations, "wall_seconds": elapsed,
                "plan": plan_block(winner.candidate, winner.best, vars(a), slo_dict, planner.overrides,
                                   calibration) if winner.best else None}

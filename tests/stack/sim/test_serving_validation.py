@@ -1,7 +1,7 @@
 """The simulator against every replayable public serving run (python -m pdserve.sim.validate): held-out rows within
 the goals (duration and throughput +-15%, mean TTFT and mean TPOT +-25%) except the named misses, each with its
 mechanism, and no error that grows with load or prompt length. Not a stack test in the services sense: it lives here
-because it simulates ~45 full benchmark runs (about a minute of CPU, spread over the cores), too slow for tests/unit."""
+because it simulates some 120 full benchmark runs (about a minute of CPU, spread over the cores), too slow for tests/unit."""
 
 from __future__ import annotations
 
@@ -42,10 +42,10 @@ def test_errors_do_not_trend_with_load_or_prompt_length():
 def test_the_prefill_decode_ratio_ranks_as_measured():
     """dstack's P/D-ratio runs (GPT-OSS-120B, one H200 node, TP2 instances): the simulator's absolute figures miss
     (named), but the question the runs answer, which split of the node's four instances finishes first, it answers as
-    measured: one prefill and three decode instances for long outputs at every load, three prefill instances for
-    2,048-token prompts with short outputs at 128 at once. (At 32 and 64 at once the short-output runs last 9-14 s
-    and the three splits are within 25% of each other in the runs; there the model picks 2P2D where the runs
-    favour 1P3D, kept out.)"""
+    measured among the three splits the source describes: one prefill and three decode instances for long outputs at
+    every load, three prefill instances for 2,048-token prompts with short outputs at 128 at once. (At 32 and 64 at
+    once the short-output runs last 9-14 s and the three splits are within 34% of each other in the runs; there the
+    model picks 2P2D where the runs favour 1P3D, kept out.)"""
     by_id = {r.row_id: r for r in replays()}
 
     def fastest(lengths: str, c: int, which: str) -> str:

@@ -34,17 +34,23 @@ def test_band_takes_the_closest_rows_and_says_what_it_dropped():
     assert band(parse_deployment(""), pd=False, table=[]).describe().startswith("no held-out run")
 
 
-def test_a_band_without_the_gpu_says_what_the_gpus_own_rows_of_other_releases_say():
+def test_a_band_without_the_gpu_says_what_the_models_rows_on_that_gpu_say():
     """A current SGLang on MI300X has no row of its own, so the band is the H200's; the MI300X rows of an older release
     (here 70% fast) are printed beside it instead of being hidden by the software match. Another model's rows on the
-    GPU are not (GPT-OSS on an H100 says nothing about DeepSeek there)."""
+    GPU are not (GPT-OSS on an H100 says nothing about DeepSeek there); a model with no row for this software is shown
+    its own rows on the GPU under another; a P/D plan on a GPU with colocated rows of the same software sees them."""
     amd = band(parse_deployment("hardware=MI300X"), pd=False, table=TABLE)
     assert amd.rows == ["a", "b"] and amd.dropped == "MI300X"
-    assert "no held-out MI300X run with this software, so the nearest" in amd.describe()
-    assert amd.describe().endswith("; the 1 held-out MI300X rows (sglang-0.4): throughput +230%..+230%, "
-                                   "TTFT -71%..-71%, TPOT -70%..-70%")
+    assert "no held-out MI300X run of this software and kind, so the nearest" in amd.describe()
+    assert amd.describe().endswith("; on the MI300X itself, 1 held-out deepseek-r1 rows (sglang-0.4 colocated): "
+                                   "throughput +230%..+230%, TTFT -71%..-71%, TPOT -70%..-70%")
     assert not band(parse_deployment("hardware=H200"), pd=False, table=TABLE).on_gpu
     assert not band(parse_deployment("hardware=H100"), pd=False, table=TABLE).on_gpu
+    amd_pd = band(parse_deployment("hardware=MI300X,software=sglang-0.4"), pd=True, table=TABLE)
+    assert amd_pd.rows == ["e"] and not amd_pd.on_gpu  # the GPU kept: its colocated rows are the band itself
+    oss = band(parse_deployment("model=gpt-oss-20b,hardware=H100,software=vllm"), pd=False, table=TABLE)
+    assert oss.rows == ["c"] and "on the H100 itself, 1 held-out gpt-oss-20b rows (sglang colocated)" in oss.describe()
+    assert "no held-out gpt-oss-20b H100 run" in oss.describe()
 
 
 def test_a_models_own_rows_come_before_another_models():
