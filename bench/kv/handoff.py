@@ -21,15 +21,21 @@ from pdserve.client.client import PdserveClient
 from pdserve.launcher.stack import Stack, StackSpec
 from pdserve.workload.report import fixed_width
 
-MODES: dict[str, dict[str, list[str]]] = {
+
+@dataclass(frozen=True)
+class HandoffMode:
+    extra: dict[str, list[str]]  # service -> flags
+    kv_shm: bool  # the blocks through shared memory (pdserve up's default) or the kvstore's socket
+
+
+MODES: dict[str, HandoffMode] = {
     # each chunk's blocks stored as it finishes, on the socket; decode still fetches after prefill returned
-    "store per chunk": {"router": ["--no-decode-prefetch"]},
+    "store per chunk": HandoffMode({"router": ["--no-decode-prefetch"]}, kv_shm=False),
     # and a decode worker imports the blocks as they land (Decode.Prefetch)
-    "+ prefetch": {},
+    "+ prefetch": HandoffMode({}, kv_shm=False),
     # and the blocks through shared memory: pdserve up's default stack
-    "+ prefetch + shm": {},
+    "+ prefetch + shm": HandoffMode({}, kv_shm=True),
 }
-SHM_MODES = ("+ prefetch + shm",)
 
 
 @dataclass
@@ -66,9 +72,9 @@ def run_handoff_bench(model: str | None, prompt_len: int, requests: int, chunk_t
     for mode in modes:
         for kv_dtype in kv_dtypes:
             rng = np.random.default_rng(seed)  # the same prompts for every mode and dtype
-            extra = {name: list(flags) for name, flags in MODES[mode].items()}
+            extra = {name: list(flags) for name, flags in MODES[mode].extra.items()}
             extra.setdefault("prefill", []).extend(["--max-num-batched-tokens", str(chunk_tokens)])
-            with (Stack(StackSpec(model=model, extra=extra, kv_dtype=kv_dtype, kv_shm=mode in SHM_MODES)) as stack,
+            with (Stack(StackSpec(model=model, extra=extra, kv_dtype=kv_dtype, kv_shm=MODES[mode].kv_shm)) as stack,
                   PdserveClient(stack.router_target) as client):
                 vocab = stack_vocab(model)
                 prompts = [rng.integers(3, vocab, prompt_len).tolist() for _ in range(requests + 1)]
