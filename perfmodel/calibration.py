@@ -53,9 +53,10 @@ def trial_table(d: Deployment, values: dict[str, float]) -> dict:
 
 
 def deployment_text(d: Deployment) -> str:
-    keys = ("model", "hardware", "gpus", "tp", "ep", "dp_attention", "software", "kv_precision", "gpus_per_node",
+    keys = ("model", "hardware", "gpus", "tp", "ep", "dp_attention", "dp", "software", "kv_precision", "gpus_per_node",
             "weight_precision", "model_config")
-    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k in keys if (v := getattr(d, k, "")) != "")
+    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k in keys
+                    if (v := getattr(d, k, "")) != "" and not (k == "dp" and not v))  # dp=0: the default layout
 
 
 def load(path: str | Path) -> dict:

@@ -33,6 +33,7 @@ class Deployment:
     tp: int = 8
     ep: int = 8
     dp_attention: bool = False
+    dp: int = 0  # data-parallel attention groups (SGLang's --dp-size; attention TP = tp / dp); 0: one per GPU
     software: str = "sglang"
     kv_precision: str = ""  # "" keeps the model's own (BF16 for DeepSeek); "fp8" halves the KV cache
     gpus_per_node: int = 8
@@ -60,7 +61,11 @@ class Deployment:
 
     def parallel(self) -> ParallelConfig:
         return ParallelConfig(self.gpus, self.tp, self.ep, self.dp_attention, self.gpus_per_node,
-                              self.two_batch_overlap)
+                              self.two_batch_overlap, self.dp)
+
+    def shape_label(self) -> str:
+        """``8xH200 DP4-attn TP2 EP8``: one instance's GPUs, attention layout and expert parallelism."""
+        return f"{self.gpus}x{self.hardware} {self.parallel().attention_label()} EP{self.ep}"
 
     def timing(self) -> TimingModel:
         if "timing" not in self._cache:
@@ -89,8 +94,10 @@ def check_deployment(d: Deployment) -> MemoryFit:
     m, g, p = d.profile(), d.gpu(), d.parallel()  # unknown names and non-dividing tp/ep raise here
     if m.n_routed_experts and m.n_routed_experts % p.ep:
         raise ValueError(f"ep: {m.n_routed_experts} routed experts of {m.name} do not divide over ep={p.ep}")
-    if m.n_heads % p.tp and not p.dp_attention:
-        raise ValueError(f"tp: {m.n_heads} attention heads of {m.name} do not divide over tp={p.tp}")
+    if m.n_heads % p.attention_shards:
+        what = f"tp={p.tp}" if not p.dp_attention else f"the {p.attention_shards} GPUs of a DP attention group"
+        raise ValueError(f"{'tp' if not p.dp_attention else 'dp'}: {m.n_heads} attention heads of {m.name} do not "
+                         f"divide over {what}")
     fit = memory_fit(m, g, p, d.mem_fraction)
     if not fit.fits or fit.kv_tokens_per_replica <= 0:
         raise ValueError(
@@ -107,7 +114,7 @@ def kv_capacity_tokens(d: Deployment) -> int:
     return check_deployment(d).max_kv_tokens
 
 
-DEPLOYMENT_KEYS_HELP = ("model, hardware, gpus, tp, ep, dp_attention, software, kv_precision, gpus_per_node, "
+DEPLOYMENT_KEYS_HELP = ("model, hardware, gpus, tp, ep, dp_attention, dp, software, kv_precision, gpus_per_node, "
                         "two_batch_overlap, mem_fraction, weight_precision, model_config, nics, nic_gbps, transfer_engine")
 
 
@@ -134,6 +141,8 @@ def parse_deployment(text: str, base: Deployment | None = None, field_name: str 
     if "hardware" in given and "gpus_per_node" not in given:
         # one NVLink domain is what "node" means to the communication model: 72 GPUs in a GB200 NVL72 rack
         values["gpus_per_node"] = max(values["gpus_per_node"], gpu_by_name(values["hardware"]).nvlink_domain)
+    if values["dp"] > 1 and "dp_attention" not in given:
+        values["dp_attention"] = True  # dp=N names DP attention groups, as SGLang's --dp-size with its flag
     if "ep" not in given and values["ep"] > 1 and _dense(values):
         values["ep"] = 1  # a dense model has no experts to spread: expert parallelism is off unless asked
     return Deployment(**values)

@@ -81,13 +81,13 @@ _FIRST_WAVE = ("the run's mean TTFT is below what its first wave's compute allow
                "put the mean over all {prompts} requests above {floor} s. The source does not say what spared that "
                "wave (SGLang's radix cache is on, but its random prompts are ShareGPT texts repeated to length, "
                "which seldom share prefixes); the model computes every prompt (its median TTFT is within 50%)")
-_K2_DP4_B200 = ("Kimi-K2 on eight B200s at one request: the launch runs DP attention in four groups (--dp 4 with --tp "
-                "8, attention TP2), replayed as TP8 attention; DP attention adds a gather of the tokens before each "
-                "MoE layer and a scatter after it (120 more collectives a step, about 2 ms at the 15 us of a small "
-                "NVLink collective) and idle DP ranks step in lockstep. The rest of the gap (15.8 ms median ITL "
-                "against 7.8 ms modeled, 6.0 of it 1,941 kernels at SGLang's Hopper per-kernel figure) is "
-                "Blackwell's per-kernel cost for this model, which no B200 row fits: DeepSeek-R1 FP4 EP8 on the same "
-                "GPU is priced 17-24% slow with the same figure, so the two rows do not pin one number")
+_K2_DP4_B200 = ("Kimi-K2 on eight B200s at one request, replayed in the launch's layout (DP attention in four groups "
+                "of two GPUs, --dp 4 with --tp 8; each layer's gather of the groups' tokens for the tensor-parallel "
+                "experts priced as the all-reduce SGLang's dp_gather is, and the idle groups stepping in lockstep): "
+                "15.6 ms median ITL against 8.3 ms modeled, 6.0 of it 1,941 kernels at SGLang's Hopper per-kernel "
+                "figure and 1.0 the collectives. The gap is Blackwell's per-kernel cost for this model, which no "
+                "B200 row fits: DeepSeek-R1 FP4 EP8 on the same GPU is priced 17-24% slow with the same figure, so "
+                "the two rows do not pin one number")
 # DeepSeek-R1 on eight MI300X (dstack, February 2025 ROCm images; the same client and workloads as its H200 rows).
 _ROCM_EARLY_2025 = ("DeepSeek-R1 on eight MI300X with ROCm images of February 2025 (SGLang 0.4.2.post4, vLLM "
                     "0.7.3.dev): at concurrency 4 both stacks' decode steps are 24-28 ms longer than modeled (SGLang "

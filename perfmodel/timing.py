@@ -146,9 +146,10 @@ class TimingModel:
         groups["attention_core"] = self._attention_core(core_flops, kv_bytes, head_padding=pad)
 
         if m.n_moe_layers and m.n_shared_experts and p.ep > 1 and p.dp_attention:
-            # DeepEP deployments keep the shared expert whole on every rank
+            # DeepEP deployments keep the shared expert whole on every rank; a DP group's tokens reach the MoE layer
+            # scattered over its attention-TP GPUs (SGLang's LayerCommunicator, ScatterMode.SCATTERED)
             shared = m.n_moe_layers * m.n_shared_experts * m.expert_params
-            groups["shared_experts"] = self._gemm(2.0 * shared * t_mine, shared * wb, m.weight_precision)
+            groups["shared_experts"] = self._gemm(2.0 * shared * t_mine / shards, shared * wb, m.weight_precision)
         return groups
 
     def _groups(self, prefill: Seqs, decode: Seqs, tokens: int, head_rows: float,
@@ -204,7 +205,7 @@ class TimingModel:
             if m.n_shared_experts:
                 dp_shared = p.ep > 1 and p.dp_attention
                 inter = m.moe_intermediate * m.n_shared_experts / (1 if dp_shared else p.tp)
-                nbytes += m.n_moe_layers * (t_mine if dp_shared else t_tp) * (9 * inter + 2 * h)
+                nbytes += m.n_moe_layers * (t_mine / shards if dp_shared else t_tp) * (9 * inter + 2 * h)
             if p.ep > 1:
                 pairs = self._ep_load(tokens).max_pairs
                 nbytes += m.n_moe_layers * pairs * (9 * m.moe_intermediate + 6 * h)
@@ -242,7 +243,12 @@ class TimingModel:
         act = m.hidden * BYTES_PER_PARAM["bf16"]
         t_tp = tokens * p.tp / p.gpus
         t = 0.0
-        if p.attention_shards > 1:  # attention output all-reduce, every layer
+        if p.dp_attention and not (p.ep > 1 and m.n_moe_layers):
+            # DP attention before tensor-parallel FFNs: every layer gathers all groups' tokens over the whole TP group
+            # (SGLang's dp_gather_partial, an all-reduce of the padded global buffer that also sums the attention
+            # output of a group's TP ranks) and scatters the FFN's result back (a local copy)
+            t += m.n_layers * allreduce_seconds(t_tp * act, g, p.tp, p.gpus_per_node)
+        elif p.attention_shards > 1:  # attention output all-reduce, every layer
             t += m.n_layers * allreduce_seconds(t_mine * act, g, p.attention_shards, p.gpus_per_node)
         ffn_allreduces = m.n_dense_layers + (m.n_moe_layers if p.ep == 1 else 0)
         t += ffn_allreduces * allreduce_seconds(t_tp * act, g, p.tp, p.gpus_per_node)

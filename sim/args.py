@@ -61,6 +61,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-dp-attention", action="store_true", help="only tensor-parallel attention")
     g.add_argument("--tp-sizes", default="", help="attention TP degrees to try, comma separated (e.g. 8,4; default: "
                    "per instance the largest that divides the model's heads, within a node)")
+    g.add_argument("--dp-group-sizes", default="1",
+                   help="GPUs per DP attention group to try, comma separated (SGLang's --tp-size / --dp-size: 1 is "
+                        "a group per GPU; e.g. 1,2,4)")
     g.add_argument("--instance-sizes", type=int, default=2,
                    help="instance sizes per hardware: the N smallest (1, 2, 4 GPUs, then whole nodes) that hold the "
                         "model")

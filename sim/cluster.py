@@ -75,9 +75,7 @@ class ClusterSpec:
 
     def describe(self) -> str:
         return " + ".join(f"{p.count} {'colocated' if p.role is SchedulerRole.BOTH else p.role.value} x "
-                          f"({p.deployment.gpus}x{p.deployment.hardware} "
-                          f"{'DP-attn' if p.deployment.dp_attention else 'TP' + str(p.deployment.tp)} EP{p.deployment.ep})"
-                          for p in self.pools if p.count)
+                          f"({p.deployment.shape_label()})" for p in self.pools if p.count)
 
 
 @dataclass
@@ -106,7 +104,7 @@ class Cluster:
             kv_blocks = spec.kv_blocks if pool.role is not SchedulerRole.PREFILL else None
             scheduling = modeled_scheduling(pool.deployment, pool.role, pool.overrides, kv_blocks, spec.block_tokens)
             d = scheduling.deployment
-            key = (d.model, d.hardware, d.gpus, d.tp, d.ep, d.dp_attention, d.software, d.kv_precision,
+            key = (d.model, d.hardware, d.gpus, d.tp, d.ep, d.dp_attention, d.dp, d.software, d.kv_precision,
                    d.gpus_per_node, d.two_batch_overlap, d.nics, d.nic_gbps)
             timer = timers.setdefault(key, StepTimer(d.timing()))
             if pool.role is SchedulerRole.PREFILL:

@@ -107,6 +107,4 @@ class Instance:
         return self.scheduler.postprocess(step, output)
 
     def describe(self) -> str:
-        d = self.deployment
-        attn = "DP-attn" if d.dp_attention else f"TP{d.tp}"
-        return f"{d.gpus}x{d.hardware} {attn} EP{d.ep}"
+        return self.deployment.shape_label()

@@ -135,7 +135,14 @@ def cmd_plan(a: argparse.Namespace) -> int:
         raise ValueError(f"tp_sizes: expected integers like 8,4, got {a.tp_sizes!r}") from None
     if any(t <= 0 for t in tp_sizes) or a.instance_sizes < 1:
         raise ValueError("tp_sizes / instance_sizes: TP degrees must be positive and one instance size is needed")
+    try:
+        group_sizes = tuple(int(x) for x in a.dp_group_sizes.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"dp_group_sizes: expected integers like 1,2, got {a.dp_group_sizes!r}") from None
+    if not group_sizes or any(s <= 0 for s in group_sizes):
+        raise ValueError(f"dp_group_sizes: GPUs per DP attention group must be positive, got {a.dp_group_sizes!r}")
     pool_args = dict(dp_attention=(False,) if a.no_dp_attention else (False, True), tp_sizes=tp_sizes,
+                     group_tp_sizes=group_sizes,
                      sizes=a.instance_sizes, overrides=planner.overrides, base=modeled,
                      gpus_per_node=modeled.gpus_per_node)
     slo_dict = {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s}

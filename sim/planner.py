@@ -55,8 +55,7 @@ class Candidate:
         return self.deployment.gpus * (self.n_prefill + self.n_decode)
 
     def label(self) -> str:
-        d = self.deployment
-        shape = f"{d.gpus}x{d.hardware} {'DP-attn' if d.dp_attention else 'TP' + str(d.tp)} EP{d.ep}"
+        shape = self.deployment.shape_label()
         mode = f"{self.n_decode} colocated" if self.colocated else f"{self.n_prefill}P{self.n_decode}D"
         return f"{mode} of {shape}"
 
@@ -140,39 +139,54 @@ def instance_shapes(base: Deployment, hardware: str, max_nodes: int, gpus_per_no
 def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", gpus_per_node: int = 8,
                dp_attention: tuple[bool, ...] = (False, True), tp_sizes: tuple[int, ...] = (8,),
                sizes: int = 2, overrides: SchedulerOverrides | None = None,
-               base: Deployment | None = None) -> list[Candidate]:
+               base: Deployment | None = None, group_tp_sizes: tuple[int, ...] = (1,)) -> list[Candidate]:
     """Per GPU type, DP-attention setting and attention TP degree: instances of the ``sizes`` smallest sizes that
     hold the model (:func:`instance_shapes`: EP8 on one node, EP16 on two for an MoE model), each colocated and in
     every x prefill + y decode layout within ``max_nodes``. "Hold" as the scheduler will run it: with the software's
     memory fraction for that layout (SGLang reserves more with DP attention) or the user's. ``base`` carries the
-    model (or its config.json), software and precisions; DP attention is tried for MoE models only."""
+    model (or its config.json), software and precisions; DP attention is tried for MoE models only, its groups
+    ``group_tp_sizes`` GPUs each (1: a group per GPU; 2: SGLang's ``--dp-size`` of half the TP size)."""
     base = base or Deployment(model=model)
     moe = bool(base.profile().n_routed_experts)
     out = []
     for hw, dp in itertools.product(hardware, dp_attention if moe else (False,)):
-        found, last_size = 0, 0
+        found, last_size, seen = 0, 0, set()
         gpn = max(gpus_per_node, gpu_by_name(hw).nvlink_domain)  # a GB200 "node" is its 72-GPU NVLink rack
         for gpus, tp, ep in instance_shapes(base, hw, max_nodes, gpn, tp_sizes):
             if found == sizes and gpus != last_size:
                 break
             if dp and gpus == 1:
                 continue
-            d = replace(base, hardware=hw, gpus=gpus, tp=tp, ep=ep, dp_attention=dp, gpus_per_node=gpn, _cache={})
-            fits = {role: _fits(d, role, overrides) for role in SchedulerRole}
-            disaggregated = fits[SchedulerRole.PREFILL] and fits[SchedulerRole.DECODE]
-            if not (fits[SchedulerRole.BOTH] or disaggregated):
-                continue
-            if gpus != last_size:
-                found += 1
-                last_size = gpus
-            elif dp:
-                continue  # with DP attention the TP degree only splits the dense layers: one of them is enough
-            if fits[SchedulerRole.BOTH]:
-                out.append(Candidate(d, 0, 1))
-            nodes = -(-gpus // gpn)
-            for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
-                if disaggregated and (x + y) * nodes <= max_nodes:
-                    out.append(Candidate(d, x, y))
+            for groups in _attention_groups(tp, group_tp_sizes) if dp else (0,):
+                if dp and (gpus, groups) in seen:
+                    continue  # with DP attention the TP degree only splits the dense layers: one of them is enough
+                d = replace(base, hardware=hw, gpus=gpus, tp=tp, ep=ep, dp_attention=dp, dp=groups,
+                            gpus_per_node=gpn, _cache={})
+                fits = {role: _fits(d, role, overrides) for role in SchedulerRole}
+                disaggregated = fits[SchedulerRole.PREFILL] and fits[SchedulerRole.DECODE]
+                if not (fits[SchedulerRole.BOTH] or disaggregated):
+                    continue
+                if gpus != last_size:
+                    found += 1
+                    last_size = gpus
+                seen.add((gpus, groups))
+                out += _layouts(d, fits[SchedulerRole.BOTH], disaggregated, max_nodes, gpn)
+    return out
+
+
+def _attention_groups(tp: int, group_tp_sizes: tuple[int, ...]) -> list[int]:
+    """The ``dp`` values (0: a group per GPU) that give DP attention groups of each of ``group_tp_sizes`` GPUs."""
+    return [0 if size == 1 else tp // size for size in group_tp_sizes if size < tp and tp % size == 0]
+
+
+def _layouts(d: Deployment, colocated: bool, disaggregated: bool, max_nodes: int, gpus_per_node: int
+             ) -> list[Candidate]:
+    """``d`` colocated (when it fits that role) and as every x prefill + y decode within ``max_nodes``."""
+    out = [Candidate(d, 0, 1)] if colocated else []
+    nodes = -(-d.gpus // gpus_per_node)
+    for x, y in itertools.product(range(1, max_nodes + 1), repeat=2):
+        if disaggregated and (x + y) * nodes <= max_nodes:
+            out.append(Candidate(d, x, y))
     return out
 
 

@@ -55,7 +55,7 @@ PER_GPU = {"output_tok_s": "per_gpu_output_tok_s", "total_tok_s": "per_gpu_total
 _EARLY_SGLANG = ("SGLang v0.4.3 (February 2025) had neither FlashMLA nor DeepGEMM: MLA decode ran on its Triton kernel "
                  "and this was its first DP-attention implementation; the model prices the attention of the FlashMLA/FA3 "
                  "generation, so it runs these 2.5-3.5x too fast (a lone request's TPOT: 43.6 ms measured at "
-                 "concurrency 4, 13 ms modeled)")
+                 "concurrency 4, 14 ms modeled)")
 _VLLM_V0 = ("vLLM 0.7's V0 engine: with MLA it turns chunked prefill off and runs whole prompts through its early MLA "
             "prefill path (TTFT at concurrency 4: 976 ms measured, 624 ms modeled), and its synchronous per-step "
             "scheduling and output handling add 26-48% to every TPOT here (25.7 ms against 19.0 at concurrency 4)")

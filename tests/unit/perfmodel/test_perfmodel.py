@@ -7,10 +7,17 @@ import json
 import pytest
 
 from pdserve.perfmodel.communication import allreduce_seconds
-from pdserve.perfmodel.deployment import Deployment, check_deployment, check_scenario, deployment_from_args, kv_capacity_tokens
+from pdserve.perfmodel.deployment import (
+    Deployment,
+    check_deployment,
+    check_scenario,
+    deployment_from_args,
+    kv_capacity_tokens,
+    parse_deployment,
+)
 from pdserve.perfmodel.fit import PLAN, fit
 from pdserve.perfmodel.hardware import gpu
-from pdserve.perfmodel.memory import memory_fit
+from pdserve.perfmodel.memory import kv_bytes_per_token_per_gpu, memory_fit
 from pdserve.perfmodel.models import DEEPSEEK_R1, MODELS
 from pdserve.perfmodel.parallel import ParallelConfig
 from pdserve.perfmodel.routing import expert_load
@@ -116,6 +123,34 @@ def test_tp8_mla_decode_pads_heads_and_dp_attention_does_not():
     assert a.groups["attention_core"].bound == "compute"
     assert a.parts["attention_core"] > 3 * b.parts["attention_core"]  # 4x padded FLOPs on 8x the sequences
     assert b.parts["attention_proj"] > a.parts["attention_proj"]  # but DP attention reads all projections
+
+
+def test_dp_attention_in_groups_splits_attention_inside_each_group():
+    """SGLang's --dp-size below --tp-size: four groups of two GPUs each hold half the attention and serve a quarter of
+    the batch; the MLA latent stays whole on every GPU of a group."""
+    d = parse_deployment("hardware=H20-141G,dp=4")
+    p = d.parallel()
+    assert d.dp_attention and (p.attention_shards, p.attention_replicas) == (2, 4)
+    assert d.shape_label() == "8xH20-141G DP4-attn TP2 EP8" and "DP4 attention (TP2 each)" in p.describe()
+    full, none = ParallelConfig(8, 8, 8, dp_attention=True), ParallelConfig(8, 8, 8)
+    split = {c: memory_fit(DEEPSEEK_R1, gpu("H20-141G"), c).weights["attention_split"] for c in (full, p, none)}
+    assert split[p] == pytest.approx(split[full] / 2) and split[p] == pytest.approx(4 * split[none])
+    assert kv_bytes_per_token_per_gpu(DEEPSEEK_R1, p) == DEEPSEEK_R1.kv_bytes_per_token
+    assert kv_capacity_tokens(d) == 4 * d.memory().kv_tokens_per_replica
+    for text, field in (("dp=3", "dp"), ("dp=4,dp_attention=0", "dp"), ("dp=16", "dp")):
+        with pytest.raises(ValueError, match=f"^{field}:"):
+            check_deployment(parse_deployment(text))
+
+
+def test_dp_attention_before_tensor_parallel_experts_gathers_every_layer():
+    """Without expert parallelism the FFNs run tensor-parallel on all groups' tokens: each layer gathers them over the
+    whole TP group (SGLang's dp_gather, an all-reduce of the padded buffer), as many bytes as TP attention's
+    all-reduce; DP attention is not free of collectives."""
+    def comm(**kw: object) -> float:
+        tm = Deployment(model="kimi-k2", hardware="B200", ep=1, **kw).timing()
+        return tm.decode_step_time([2048] * 64).parts["communication"]
+    assert comm(dp_attention=True) == pytest.approx(comm(), rel=1e-9)
+    assert comm(dp_attention=True, dp=4) == pytest.approx(comm(), rel=1e-9)
 
 
 def test_busiest_expert_parallel_gpu_sets_the_moe_step():

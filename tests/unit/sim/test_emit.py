@@ -85,6 +85,14 @@ def test_the_flags_carry_the_planned_shape(tmp_path):
     assert int(value(head, "--max-num-seqs")) * 16 == planned.config.max_num_seqs * planned.ranks
 
 
+def test_dp_attention_groups_reach_both_engines_flags(tmp_path):
+    emit_plan("sglang,vllm", block(Deployment(dp_attention=True, dp=4), 1, 1), str(tmp_path))
+    (prefill,) = commands(tmp_path / "sglang" / "prefill-0.sh")
+    assert value(prefill, "--tp-size") == "8" and value(prefill, "--dp-size") == "4"
+    (head,) = commands(tmp_path / "vllm" / "decode-0-node0.sh")
+    assert value(head, "--tensor-parallel-size") == "2" and value(head, "--data-parallel-size") == "4"
+
+
 def test_emitted_k8s_is_valid_and_runs_the_plan_emulated(tmp_path):
     yaml = pytest.importorskip("yaml")
     kubernetes_validate = pytest.importorskip("kubernetes_validate")

@@ -43,6 +43,15 @@ def test_candidates_hold_the_model_with_the_memory_their_software_leaves():
     assert (16, True) not in pool and (16, False) in pool
 
 
+def test_candidates_try_dp_attention_groups_of_the_sizes_asked():
+    labels = {c.label() for c in candidates(["H20-141G"], max_nodes=2, sizes=1, group_tp_sizes=(1, 2, 4, 8))}
+    assert {"1 colocated of 8xH20-141G DP-attn EP8", "1P1D of 8xH20-141G DP4-attn TP2 EP8",
+            "1 colocated of 8xH20-141G DP2-attn TP4 EP8"} <= labels
+    assert not any("DP1" in x for x in labels)  # a group of all eight GPUs is TP8 attention, already a candidate
+    default = {c.label() for c in candidates(["H20-141G"], max_nodes=2, sizes=1)}
+    assert not any("DP4" in x or "DP2" in x for x in default)
+
+
 def test_plan_without_probes_searches_with_the_default_count(capsys):
     """--probes left out: the search runs with its default count (the flag's None once reached the search loop)."""
     rc = cli_main(["plan", "--num-prompts", "20", "--input-len", "200:400", "--output-len", "20:40",
