@@ -18,6 +18,15 @@ ALLREDUCE_BYTES = np.array([2e3, 1e6, 4e6, 16e6, 64e6])
 ALLREDUCE_SECONDS = np.array([6e-6, 17e-6, 34e-6, 111e-6, 322e-6])
 
 
+# GPUs without NVLink (L20, L40S) all-reduce over PCIe, peer to peer through the switch: a small message's latency
+# is a kernel launch and a flag exchange, 8.4 us for 2 KB or less on 8 PCIe GPUs with peer-to-peer enabled
+# (nccl-tests all_reduce_perf, github.com/tinygrad/open-gpu-kernel-modules issue 45) [M], not the NVLink figure
+# scaled by the link's rate; its bytes move at the bus bandwidth NCCL reaches on PCIe Gen4 x16, 20-30 GB/s in the
+# all_reduce_perf tables of github.com/NVIDIA/nccl issues 1453 and 1530 [M]: 0.7 of the 32 GB/s a direction [E].
+PCIE_ALLREDUCE_LATENCY_S = 8.4e-6
+PCIE_BUS_EFFICIENCY = 0.7
+
+
 # Extra latency of a hierarchical all-reduce that crosses nodes (NCCL over InfiniBand, small messages): fitted by
 # perfmodel/fit.py (global constant internode_allreduce_latency_s); this default is only the fallback [E].
 INTERNODE_ALLREDUCE_LATENCY_S = 30e-6
@@ -36,18 +45,23 @@ A2A_BANDWIDTH_PREFILL = 330 * GIGA
 
 
 def allreduce_seconds(nbytes: float, gpu: GPU, ranks: int, gpus_per_node: int = 8) -> float:
-    """All-reduce of ``nbytes`` over ``ranks`` GPUs: log-log interpolation of the NVLink measurements inside a node;
-    across nodes a hierarchical all-reduce adds the inter-node step over each GPU's share of the NICs."""
+    """All-reduce of ``nbytes`` over ``ranks`` GPUs: log-log interpolation of the NVLink measurements inside a node
+    (latency plus bytes over PCIe where the part has no NVLink); across nodes a hierarchical all-reduce adds the
+    inter-node step over each GPU's share of the NICs."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
-    if nbytes >= ALLREDUCE_BYTES[-1]:
+    local = min(ranks, gpus_per_node)
+    if gpu.nvlink_domain <= 1:  # no NVLink: a ring over PCIe moves 2 (n - 1) / n of the message through each GPU
+        t = PCIE_ALLREDUCE_LATENCY_S + 2 * (local - 1) / local * nbytes / (
+            gpu.nvlink_bandwidth / 2 * PCIE_BUS_EFFICIENCY)
+    elif nbytes >= ALLREDUCE_BYTES[-1]:
         t = ALLREDUCE_SECONDS[-1] * nbytes / ALLREDUCE_BYTES[-1]
     else:  # np.interp holds the first point below the measured range
         t = math.exp(np.interp(math.log(nbytes), np.log(ALLREDUCE_BYTES), np.log(ALLREDUCE_SECONDS)))
-    t *= max(1.0, 900 * GIGA / gpu.group_bandwidth(min(ranks, gpus_per_node)))  # measured on 900 GB/s NVLink
+    if gpu.nvlink_domain > 1:  # measured on 900 GB/s NVLink
+        t *= max(1.0, 900 * GIGA / gpu.group_bandwidth(local))
     nodes = -(-ranks // gpus_per_node)
     if nodes > 1:
-        local = min(ranks, gpus_per_node)
         latency = global_constant("internode_allreduce_latency_s", INTERNODE_ALLREDUCE_LATENCY_S)
         t += latency + 2 * (nodes - 1) / nodes * (nbytes / local) / gpu.nic_bandwidth_per_gpu(gpus_per_node)
     return float(t)

@@ -97,6 +97,14 @@ _AWS_BURST = ("the README's burst throughput cannot come from the runs its burst
               "columns comes from another run (the README calls them single-seed smoke numbers) it does not say")
 _AWS_RUNS = {"unified": (44.00, 13.49), "1p1d": (40.91, 15.94), "1p3d": (33.76, 17.22), "1p4d": (32.51, 19.18),
              "1p5d": (30.34, 17.16)}
+# Qwen3-30B-A3B on four L20s (SGLang, April 2025): the collectives of a PCIe part with more than two GPUs.
+_L20_TP4 = ("four L20s at TP4, 100 requests of 1,000 in and 2,000 out at 10 requests/s: the model is 20% fast. The "
+            "two-GPU run of the same source is within 3%. At four GPUs SGLang all-reduces with NCCL (its custom "
+            "all-reduce serves two PCIe-only GPUs at most, as vLLM's does), and an NCCL all-reduce on PCIe "
+            "servers costs 8.4 us with peer-to-peer access (the figure the model prices) to 42-54 us through host "
+            "memory (8-GPU all_reduce_perf tables, github.com/NVIDIA/nccl issues 1439 and 1530); at 42 us the 96 "
+            "all-reduces of a step cost 3.2 ms more and the model reads +11% here, -8% at TP2. Which path these "
+            "four GPUs took, the source does not say")
 # DeepSeek-R1 on eight MI300X (dstack, February 2025 ROCm images; the same client and workloads as its H200 rows).
 _ROCM_EARLY_2025 = ("DeepSeek-R1 on eight MI300X with ROCm images of February 2025 (SGLang 0.4.2.post4, vLLM "
                     "0.7.3.dev): at concurrency 4 both stacks' decode steps are 24-28 ms longer than modeled (SGLang "
@@ -167,6 +175,7 @@ SERVING_MISSES: dict[str, str] = {
     "cook-l70-a100-tp8-8k1k-c64": "TTFT only (duration, throughput and TPOT within 6%): " + _FIRST_WAVE.format(
         n=64, tokens="3,981", pflop=36, s=14, prompts=320, floor=1.4),
     "cook-k2-b200-tp8dp4-sharegpt-c1": _K2_DP4_B200,
+    "sgl5877-q3moe-l20-tp4-1k2k-r10": _L20_TP4,
     **{f"dstack-mi300x-{stack}-tp8-3200x800-c{c}": _ROCM_EARLY_2025
        for stack in ("sgl", "vllm") for c in (4, 8, 16, 32, 64, 128)},
     **{f"dstack-mi300x-{stack}-tp8-3200x{n}-c128": _ROCM_EARLY_2025

@@ -27,7 +27,10 @@ MIB = 1024 * 1024
 #   releases (SGLang v0.4.3 had neither DeepGEMM nor the CUTLASS kernel).
 # The H100/H200 share the H800's SMs and rates; no H20 figure is published, so the H20's are derived from these by what
 # limits them (fp8_block_gemm_efficiency).
-FP8_KERNELS = {"deepgemm": 0.60, "cutlass": 490 / 1979, "triton": 406 / 1979}
+# - rowwise: FP8 weights with one scale per output channel (or tensor), no block promotion: FBGEMM's row-wise FP8 GEMM
+#   reaches 1,083-1,141 TFLOP/s on an H100 (500 W) at 8,192-65,536 rows (github.com/pytorch/FBGEMM pull request 2546,
+#   "fp8 row gemm only", 2024-04): 1,100 of 1,979.
+FP8_KERNELS = {"deepgemm": 0.60, "cutlass": 490 / 1979, "triton": 406 / 1979, "rowwise": 1100 / 1979}
 H800_BF16_GEMM_EFFICIENCY = 0.75  # the same part's large BF16 GEMMs (the default below)
 H800_FP8_TFLOPS_PER_SM = 1979 / 132
 

@@ -43,6 +43,13 @@ def _int(cfg: dict, key: str, default: Any = None, *alternatives: str) -> int:
     return value
 
 
+def _fp8_block_scaled(cfg: dict) -> bool:
+    """Whether an FP8 checkpoint scales its weights per block (``weight_block_size``) rather than per channel or
+    tensor (fbgemm_fp8, per-tensor fp8, ModelOpt FP8)."""
+    q = cfg.get("quantization_config")
+    return not isinstance(q, dict) or bool(q.get("weight_block_size"))
+
+
 def _precision(cfg: dict) -> tuple[str, str]:
     """(weight precision, expert precision or "") of the checkpoint the config describes."""
     q = cfg.get("quantization_config")
@@ -54,7 +61,7 @@ def _precision(cfg: dict) -> tuple[str, str]:
     if not isinstance(q, dict):
         raise ValueError("model_config: quantization_config must be an object")
     method = str(q.get("quant_method", "")).lower()
-    if method == "fp8":
+    if method in ("fp8", "fbgemm_fp8"):
         return "fp8", ""
     if method == "mxfp4":
         skipped = " ".join(str(m) for m in q.get("modules_to_not_convert") or [])
@@ -65,8 +72,8 @@ def _precision(cfg: dict) -> tuple[str, str]:
         return "fp4", ""
     if method == "modelopt" and "FP8" in str(q.get("quant_algo", "")).upper():
         return "fp8", ""
-    raise ValueError(f"model_config: quantization_config.quant_method {method!r} is not modeled (known: fp8, mxfp4, "
-                     "awq/gptq 4-bit, modelopt FP8/NVFP4)")
+    raise ValueError(f"model_config: quantization_config.quant_method {method!r} is not modeled (known: fp8, "
+                     "fbgemm_fp8, mxfp4, awq/gptq 4-bit, modelopt FP8/NVFP4)")
 
 
 def _layer_pattern(cfg: dict, layers: int) -> tuple[int, int]:
@@ -116,6 +123,7 @@ def profile_from_config(cfg: dict, name: str = "", source: str = "", hf_id: str 
                   max_context=_int(cfg, "max_position_embeddings", 0),
                   tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), weight_precision=weight,
                   expert_precision=expert, kv_precision="bf16", sliding_window=window, n_sliding_layers=sliding,
+                  fp8_block_scaled=_fp8_block_scaled(cfg),
                   attention_sinks=arch == "GptOssForCausalLM",
                   qk_norm=arch in QK_NORM or bool(cfg.get("use_qk_norm")),
                   biased_routing=arch in BIASED_ROUTING, hf_id=hf_id or str(cfg.get("_name_or_path", "")),

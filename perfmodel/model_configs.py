@@ -12,9 +12,11 @@ HF = "https://huggingface.co/{}/blob/main/config.json"
 CARD = "https://huggingface.co/{}"
 
 
-def _entry(hf_id: str, config: dict, params: tuple, aliases: dict[str, str]) -> dict:
+def _entry(hf_id: str, config: dict, params: tuple, aliases: dict[str, str], fp8_block_scaled: bool = True) -> dict:
+    """``fp8_block_scaled``: how the family's published FP8 checkpoint scales its weights (per 128 x 128 block, or
+    per output channel), for a BF16 config served in FP8."""
     return {"hf_id": hf_id, "config_url": HF.format(hf_id), "config": config, "params": params,
-            "aliases": {hf_id: "", **aliases}}
+            "aliases": {hf_id: "", **aliases}, "fp8_block_scaled": fp8_block_scaled}
 
 
 _QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -80,22 +82,25 @@ PUBLISHED: dict[str, dict] = {
         "layer_types": ["sliding_attention", "full_attention"] * 12},
         (20.91, 3.61, "https://arxiv.org/abs/2508.10925", 0.01),
         {"gpt-oss:20b": ""}),
+    # Llama's FP8 releases scale per output channel (Meta's -FP8: quantization_config quant_method fbgemm_fp8) or per
+    # tensor (NVIDIA's ModelOpt FP8), never per block
     "llama-3.1-8b": _entry("meta-llama/Llama-3.1-8B-Instruct", {
         **_LLAMA31, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
         "intermediate_size": 14336},
         (8.03, 8.03, CARD.format("meta-llama/Llama-3.1-8B-Instruct"), 0.01),
         {"meta-llama/Meta-Llama-3.1-8B-Instruct": "", "meta-llama/Llama-3.1-8B": "", "llama3.1-8b": "",
-         "nvidia/Llama-3.1-8B-Instruct-FP8": "fp8"}),
+         "nvidia/Llama-3.1-8B-Instruct-FP8": "fp8"}, fp8_block_scaled=False),
     "llama-3.1-70b": _entry("meta-llama/Llama-3.1-70B-Instruct", {
         **_LLAMA31, "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
         "intermediate_size": 28672},
         (70.6, 70.6, CARD.format("meta-llama/Llama-3.1-70B-Instruct"), 0.01),
         {"meta-llama/Meta-Llama-3.1-70B-Instruct": "", "meta-llama/Llama-3.1-70B": "", "llama3.1-70b": "",
-         "nvidia/Llama-3.1-70B-Instruct-FP8": "fp8"}),
+         "nvidia/Llama-3.1-70B-Instruct-FP8": "fp8"}, fp8_block_scaled=False),
     "llama-3.1-405b": _entry("meta-llama/Llama-3.1-405B-Instruct", {
         **_LLAMA31, "hidden_size": 16384, "num_hidden_layers": 126, "num_attention_heads": 128,
         "intermediate_size": 53248},
         (405, 405, CARD.format("meta-llama/Llama-3.1-405B-Instruct"), 0.01),
         {"meta-llama/Meta-Llama-3.1-405B-Instruct": "", "meta-llama/Llama-3.1-405B-Instruct-FP8": "fp8",
-         "meta-llama/Meta-Llama-3.1-405B-Instruct-FP8": "fp8", "llama-3.1-405b-fp8": "fp8", "llama3.1-405b": ""}),
+         "meta-llama/Meta-Llama-3.1-405B-Instruct-FP8": "fp8", "llama-3.1-405b-fp8": "fp8", "llama3.1-405b": ""},
+        fp8_block_scaled=False),
 }

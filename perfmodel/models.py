@@ -32,7 +32,7 @@ def llama_dense(name: str, hidden: int, n_layers: int, n_heads: int, n_kv_heads:
     return ModelProfile(name=name, hidden=hidden, n_layers=n_layers, vocab=vocab, attention="gqa", n_heads=n_heads,
                         n_kv_heads=n_kv_heads, head_dim=hidden // n_heads, n_dense_layers=n_layers,
                         dense_intermediate=ffn, max_context=max_context, tied_embeddings=tied,
-                        weight_precision=precision, kv_precision=precision)
+                        weight_precision=precision, kv_precision=precision, fp8_block_scaled=False)
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ ALIASES: dict[str, tuple[str, str]] = {  # lower-cased name -> (profile, weight 
     "huggingfacetb/smollm2-135m-instruct": ("smollm2-135m", ""),
 }
 for _name, _entry in PUBLISHED.items():
-    MODELS[_name] = profile_from_config(_entry["config"], _name, _entry["config_url"], _entry["hf_id"])
+    MODELS[_name] = replace(profile_from_config(_entry["config"], _name, _entry["config_url"], _entry["hf_id"]),
+                            fp8_block_scaled=_entry["fp8_block_scaled"])
     CATALOG[_name] = Published(*_entry["params"])
     for _alias, _precision in _entry["aliases"].items():
         ALIASES[_alias.lower()] = (_name, _precision)

@@ -42,6 +42,10 @@ class ModelProfile:
     max_context: int = 0  # longest sequence the model serves (0: unchecked)
     tied_embeddings: bool = False
     weight_precision: str = "bf16"  # of the linear layers
+    # FP8 weights scaled per 128 x 128 block (DeepSeek, Qwen3, GLM, Kimi releases), whose GEMMs promote every block's
+    # partial sums on the CUDA cores; False: one scale per output channel (Meta's Llama FP8 releases, fbgemm_fp8), a
+    # plain scaled GEMM (hardware.FP8_KERNELS "rowwise")
+    fp8_block_scaled: bool = True
     kv_precision: str = "bf16"
     expert_precision: str = ""  # of the routed experts when it differs (GPT-OSS: MXFP4 experts, BF16 attention)
     sliding_window: int = 0  # keys a sliding-window layer attends to (0: none)

@@ -81,7 +81,7 @@ class TimingModel:
         # MoeRunnerBackend.TRITON, python/sglang/srt/layers/moe/ep_moe/layer.py get_moe_impl_class)
         p = self.parallel
         deepep = p.ep > 1 and p.dp_attention
-        self.fp8_kernels = "deepgemm" if deepep else software.fp8_kernels
+        self.fp8_kernels = "deepgemm" if deepep else software.fp8_kernels if self.model.fp8_block_scaled else "rowwise"
         self.moe_kernels = "deepgemm" if deepep or (p.ep > 1 and software.fp8_kernels != "triton") else "triton"
         self.balanced_routing = False  # True: every EP rank gets the mean load (as DeepSeek's profiles simulate)
         self.token_split_down_proj = False  # True: the replicated q_a/kv_a projection is split by tokens over TP

@@ -27,6 +27,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import parse_deployment
@@ -34,9 +36,13 @@ from pdserve.perfmodel.family_misses import SERVING_MISSES
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.report import summary
 from pdserve.workload.arrivals import arrival_stream
-from pdserve.workload.datasets import parse_range, random_requests
+from pdserve.workload.datasets import FIRST_RANDOM_ID, parse_range, random_requests
 
 DATA = Path(__file__).resolve().parent / "data" / "serving_runs.csv"
+# Per-request (prompt, output) lengths of runs whose source publishes them (a benchmark's saved result file), one
+# file per run: sim/data/request_lengths/NAME.csv, replayed with the workload key ``lengths=NAME``
+LENGTHS = DATA.parent / "request_lengths"
+VOCAB = 49152
 SEED = 42
 # (figure, CSV column, summary key, unit scale, goal): the goal applies to held-out rows; None: reported only
 FIGURES = (
@@ -152,15 +158,34 @@ def measured(row: dict, column: str) -> float | None:
 
 def workload(spec: str) -> tuple[list[SimRequest], list[float], int | None, float]:
     """``input=819:1024,output=819:1024,prompts=40,concurrency=4`` (or ``rate=inf|R``): requests, arrival offsets,
-    the concurrency cap and the rate. Random token ids, lengths uniform in each range, a fixed seed."""
+    the concurrency cap and the rate. Random token ids, lengths uniform in each range, a fixed seed; or
+    ``lengths=NAME`` for each request's measured lengths in order (:data:`LENGTHS`)."""
     kv = dict(item.split("=", 1) for item in spec.split(","))
-    n = int(kv["prompts"])
-    bench = random_requests(n, 49152, parse_range(kv["input"], "input"), parse_range(kv["output"], "output"),
-                            seed=SEED)
+    if "lengths" in kv:
+        requests = measured_requests(kv["lengths"])
+        if "prompts" in kv and int(kv["prompts"]) != len(requests):
+            raise ValueError(f"workload: prompts={kv['prompts']} but {kv['lengths']} holds {len(requests)} requests")
+    else:
+        bench = random_requests(int(kv["prompts"]), VOCAB, parse_range(kv["input"], "input"),
+                                parse_range(kv["output"], "output"), seed=SEED)
+        requests = [SimRequest(r.token_ids, r.output_len) for r in bench]
+    n = len(requests)
     rate = float(kv.get("rate", "inf"))
     offsets = [0.0] * n if math.isinf(rate) else list(itertools.islice(arrival_stream(rate, 1.0, SEED), n))
     concurrency = int(kv["concurrency"]) if "concurrency" in kv else None
-    return [SimRequest(r.token_ids, r.output_len) for r in bench], offsets, concurrency, rate
+    return requests, offsets, concurrency, rate
+
+
+def measured_requests(name: str) -> list[SimRequest]:
+    """Requests of the lengths in ``LENGTHS / NAME.csv`` (columns ``input,output``), random token ids; an output
+    the run ended at 0 tokens (an immediate end of sequence) still takes its one step."""
+    path = LENGTHS / f"{name}.csv"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not path.is_file():
+        raise ValueError(f"workload: lengths={name!r} names no file in {LENGTHS}")
+    rng = np.random.default_rng(SEED)
+    with path.open(newline="") as fh:
+        return [SimRequest(rng.integers(FIRST_RANDOM_ID, VOCAB, int(r["input"])).tolist(), max(1, int(r["output"])))
+                for r in csv.DictReader(fh)]
 
 
 def pools(cell: str, overrides: SchedulerOverrides) -> list[Pool]:

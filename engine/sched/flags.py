@@ -90,8 +90,9 @@ def scheduler_config(profile: SchedulingProfile, limits: Limits, hw: HardwareFac
     user's overrides on top. ``kv_tokens``: the rank's modeled KV capacity (SGLang derives its running-request limit
     from it); ``local``: the worker computes on this machine, so the CPU-sized limits replace the modeled ones."""
     policy = limits.policy
-    if o.step_composition is not None:
-        policy = replace(policy, mixed=o.step_composition == "mixed")
+    if o.step_composition is not None:  # prompt chunks share a mixed step's budget: mixing chunks prompts
+        mixed = o.step_composition == "mixed"
+        policy = replace(policy, mixed=mixed, chunked=policy.chunked or mixed)
     if o.schedule_conservativeness is not None:
         policy = replace(policy, new_token_ratio=min(1.0, policy.new_token_ratio * o.schedule_conservativeness))
     if o.preemption is not None:

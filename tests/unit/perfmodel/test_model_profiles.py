@@ -208,5 +208,6 @@ def test_coverage_table_counts_held_out_rows_per_model_and_gpu():
     header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
     assert cells[header.index("A100-80G")].startswith("3 step ") and cells[header.index("GB200")] == "-"
     per_model, per_gpu = held_out_counts(step, serving)
-    assert per_model["qwen3-30b-a3b"] == 5 and per_gpu["B200"] == 6  # 4 DeepSeek-R1 rows, 2 Kimi-K2
+    assert per_model["qwen3-30b-a3b"] == 7 and per_gpu["B200"] == 6  # 4 DeepSeek-R1 rows, 2 Kimi-K2
+    assert per_gpu["L20"] == 2 and cells[header.index("L20")].startswith("2 serving")
     assert per_gpu["MI300X"] == 27 and serving[("deepseek-r1", "MI300X")].held_out == 27

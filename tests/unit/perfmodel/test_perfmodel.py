@@ -3,6 +3,7 @@ the refusals of deployments and scenarios that cannot run."""
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -179,6 +180,39 @@ def test_all_reduce_interpolates_and_crosses_nodes_over_the_nics():
     assert allreduce_seconds(1e6, h200, 8) == pytest.approx(17e-6)
     assert 17e-6 < allreduce_seconds(2e6, h200, 8) < 34e-6
     assert allreduce_seconds(1e6, h200, 16) > allreduce_seconds(1e6, h200, 8) + 10e-6
+
+
+def test_all_reduce_over_pcie_pays_latency_once_and_bytes_at_the_bus_rate():
+    """Parts without NVLink: a small all-reduce costs its launch and flag exchange (8.4 us measured on PCIe), not the
+    NVLink figure times the rate ratio (14x: 84 us at 2 KB, which made every L20 decode step 10-20 ms of all-reduces);
+    a large one moves its bytes at PCIe's bus rate, far slower than NVLink's."""
+    l20, h100 = gpu("L20"), gpu("H100")
+    assert allreduce_seconds(2e3, l20, 2) < 1.5 * allreduce_seconds(2e3, h100, 2)
+    assert allreduce_seconds(400e3, l20, 2) < 30e-6
+    assert allreduce_seconds(400e3, l20, 4) > allreduce_seconds(400e3, l20, 2)  # a ring moves 2 (n - 1) / n
+    assert allreduce_seconds(64e6, l20, 4) > 10 * allreduce_seconds(64e6, h100, 4)
+    assert allreduce_seconds(1e6, l20, 16) > allreduce_seconds(1e6, l20, 8)  # across nodes: the NICs' step
+
+
+def test_fp8_scaled_per_channel_runs_a_plain_scaled_gemm_not_the_block_promotion():
+    """Meta's Llama FP8 release scales per output channel (fbgemm_fp8): its GEMMs have no per-block promotion, so a
+    compute-bound prefill runs at the row-wise kernel's rate, not the block-scaled CUTLASS kernel's (0.25 of peak)."""
+    from pdserve.perfmodel.hf_config import profile_from_config
+    from pdserve.perfmodel.models import model_profile
+
+    llama = model_profile("meta-llama/Llama-3.1-405B-Instruct-FP8")
+    assert llama.weight_precision == "fp8" and not llama.fp8_block_scaled
+    assert model_profile("Qwen/Qwen3-32B-FP8").fp8_block_scaled and DEEPSEEK_R1.fp8_block_scaled
+    channel = TimingModel(llama, "H100", ParallelConfig(8, 8, 1))
+    block = TimingModel(replace(llama, fp8_block_scaled=True), "H100", ParallelConfig(8, 8, 1))
+    assert channel.fp8_kernels == "rowwise" and block.fp8_kernels == "cutlass"
+    assert block.prefill_time([4096]).seconds > 1.5 * channel.prefill_time([4096]).seconds
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+    fbgemm = profile_from_config({**cfg, "quantization_config": {"quant_method": "fbgemm_fp8"}})
+    blocked = profile_from_config({**cfg, "quantization_config": {"quant_method": "fp8",
+                                                                  "weight_block_size": [128, 128]}})
+    assert (fbgemm.weight_precision, fbgemm.fp8_block_scaled) == ("fp8", False) and blocked.fp8_block_scaled
 
 
 def test_kv_capacity_for_the_decode_worker():
