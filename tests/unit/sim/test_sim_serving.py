@@ -10,7 +10,7 @@ from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.explain import explain_requests, request_parts
-from pdserve.sim.validate import FIGURES, KNOWN_MISSES, Figure, Replay, measured, replay, rows
+from pdserve.sim.validate import FIGURES, KNOWN_MISSES, Figure, Replay, measured, replay, rows, workload
 from pdserve.sim.validation_report import format_markdown, format_table
 
 H200 = Deployment(hardware="H200", ep=1)
@@ -82,6 +82,19 @@ def test_a_serving_run_replays_figure_by_figure():
     missed = Replay("ix-pub-sgl0512-tp8-8k1k-c64", "held-out", [Figure("mean TTFT", 2245.58, 1600.0, 0.25)])
     text = format_markdown([missed])
     assert "2,246 (-29%!) | - | - | [1] |" in text and KNOWN_MISSES[missed.row_id] in text  # the miss and its mechanism
+
+
+def test_a_run_with_published_request_lengths_replays_those_lengths():
+    """dstack's result files keep every request's prompt and generated lengths: the replay takes them in order
+    (an output of 0 tokens still runs its prompt), and a name without a file is refused, naming the field."""
+    requests, offsets, concurrency, rate = workload("lengths=dstack-l405-h100-vllm-sharegpt-qps16,prompts=1000,rate=16")
+    assert len(requests) == 1000 and rate == 16 and concurrency is None and offsets[-1] > 30
+    assert sum(len(r.prompt_ids) for r in requests) == 215196  # the run's total_input_tokens
+    assert [len(r.prompt_ids) for r in requests[:3]] == [13, 25, 27] and min(r.output_len for r in requests) == 1
+    for spec in ("lengths=../serving_runs,prompts=5", "lengths=nothing-here", "lengths=dstack-l405-h100-vllm-sharegpt"
+                 "-qps16,prompts=10"):
+        with pytest.raises(ValueError, match="^workload:"):
+            workload(spec)
 
 
 def test_the_busiest_attention_rank_sets_the_steps_attention():
