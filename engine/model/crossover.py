@@ -30,6 +30,7 @@ BUDGET_S = 5.0  # the search stops here, keeping what it found (a slow or busy m
 # counts timed whatever the budget (the first and two bisection steps): on a busy machine one lost bisection step
 # could spend the budget and leave the crossover at one row, the float32 path from batch 2
 MIN_PROBES = 3
+RUN_STEPS = 3  # decode steps a timed run of one weight form takes (step_crossover)
 CROSSOVER_ENV = "PDSERVE_QUANT_CROSSOVER"  # a batch size here is used as it is, nothing measured
 _measured: dict[tuple, int] = {}  # per process: (model fingerprint, threads) -> crossover
 
@@ -94,17 +95,45 @@ def _quantized_wins(pairs: list[tuple[Callable, Callable]], xs: list[np.ndarray]
 def model_crossover(key: tuple, quantized: QuantizedWeights, dense: list[np.ndarray], threads: int) -> int:
     """:func:`measure_crossover` for a model's matrices (``dense``: their float32 forms, ``[in, out]``, in the order
     of :func:`product_pairs`), measured once per process and key."""
-    if os.environ.get(CROSSOVER_ENV):
-        return int(os.environ[CROSSOVER_ENV])
-    if key not in _measured:
+    def measure() -> int:
         pairs = product_pairs(quantized, dense, threads)
         widths = [w.shape[0] for w, q in zip(dense, step_matrices(quantized)) if q is not None]
         rng = np.random.default_rng(0)
         for (product, dense_product), width in zip(pairs, widths):  # compile, start threads, load pages: untimed
             product(np.ones((2, width), np.float32))
             dense_product(np.ones((2, width), np.float32))
-        _measured[key] = measure_crossover(
-            pairs, lambda rows: [rng.standard_normal((rows, n), dtype=np.float32) for n in widths])
+        return measure_crossover(pairs, lambda rows: [rng.standard_normal((rows, n), dtype=np.float32) for n in widths])
+    return cached_crossover(key, measure)
+
+
+def step_crossover(key: tuple, quantized_step: Callable, float32_step: Callable,
+                   batch: Callable[[int], object]) -> int:
+    """:func:`measure_crossover` over runs of whole decode steps: ``quantized_step(b)`` and ``float32_step(b)`` run one
+    step of the batch ``batch(rows)`` prepared (its preparation untimed), each timed in runs of RUN_STEPS steps.
+
+    Where two threads run the products, timing them alone misleads: after float32 products BLAS's idle threads spin
+    on the second core, and quantized products timed right after lose half their speed for the next few steps (on
+    the 2-core machine a quantized step of 4 rows took 13 ms in a run of its own and 25-28 ms for four steps after a
+    float32 run; at 8 rows 21 ms, and 45, 42, 30, 22 after one). Timed product by product, alternating, the
+    crossover came out at 4 rows where steps of 16 rows are still faster quantized (37 against 44 ms). Serving runs
+    one form step after step, so the crossover compares runs, the best of which follows a run of the same form."""
+    def run(step: Callable) -> Callable:
+        return lambda b: [step(b) for _ in range(RUN_STEPS)]
+
+    def measure() -> int:
+        warm = batch(2)
+        quantized_step(warm)  # compile, start threads, load pages: untimed
+        float32_step(warm)
+        return measure_crossover([(run(quantized_step), run(float32_step))], lambda rows: [batch(rows)])
+    return cached_crossover(key, measure)
+
+
+def cached_crossover(key: tuple, measure: Callable[[], int]) -> int:
+    """``measure()`` once per process and key, unless :data:`CROSSOVER_ENV` sets the crossover."""
+    if os.environ.get(CROSSOVER_ENV):
+        return int(os.environ[CROSSOVER_ENV])
+    if key not in _measured:
+        _measured[key] = measure()
         log.info("quantized weights up to a batch of %d rows (measured), float32 BLAS above", _measured[key])
     return _measured[key]
 

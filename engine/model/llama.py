@@ -8,6 +8,7 @@ the shared slab attend together in compiled loops (engine/model/decode_attention
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import numpy as np
@@ -17,7 +18,7 @@ from pdserve.engine.kv.cache import KVSlab, SequenceKV
 from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, kernel_view, kv_numpy_dtype
 from pdserve.engine.kv.fork import ForkKV, attend_fork
 from pdserve.engine.model.attention_plan import AttentionPlan
-from pdserve.engine.model.crossover import model_crossover, parallel_threads
+from pdserve.engine.model.crossover import ROW_COUNTS, model_crossover, parallel_threads, step_crossover
 from pdserve.engine.model.decode_attention import DecodeAttention
 from pdserve.engine.model.gguf_model import LoadedModel, ModelWeights
 from pdserve.engine.model.kernels.fast_exp import exp_nonpositive
@@ -29,6 +30,7 @@ F32 = np.float32
 # rows of a forward from which every product runs on our two threads instead of BLAS's (engine/model/kernels/parallel.py): below
 # it the column halves measured slower (1 row: 41 ms against 22 ms for 30 layers of products)
 MIN_SPLIT_ROWS = 16
+CROSSOVER_CONTEXT = 64  # tokens cached by the sequences of the decode steps that time the crossover
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 WEIGHT_PATHS = ("auto", "float32", "quantized")  # auto: quantized up to the measured crossover batch, float32 above
@@ -86,12 +88,40 @@ class LlamaModel:
         self.weight_path = weight_path
         quantized = self.weights.quantized
         self.quant_threads = parallel_threads(self.parallel.threads) if quantized else 1
-        # a worker sharing the host's cores measures on its own core: its products get the second one only while the
-        # other workers rest, and a two-thread timing taken while they load lost even at batch 1 (crossover 0: every
-        # decode step on float32, 3x slower)
-        measured_threads = 1 if self.parallel.shares_cores else self.quant_threads
-        self.crossover = 0 if quantized is None or weight_path == "float32" else model_crossover(
-            (c.fingerprint, measured_threads), quantized, self.dense_matrices(), measured_threads)
+        # a worker sharing the host's cores measures its products on its own core: they get the second one only while
+        # the other workers rest, and a two-thread timing taken while they load lost even at batch 1 (crossover 0:
+        # every decode step on float32, 3x slower); a worker with two threads of its own times whole decode steps
+        if quantized is None or weight_path == "float32":
+            self.crossover = 0
+        elif self.parallel.shares_cores or self.quant_threads < 2:
+            self.crossover = model_crossover((c.fingerprint, 1), quantized, self.dense_matrices(), 1)
+        else:
+            self.crossover = step_crossover((c.fingerprint, "steps", self.quant_threads), *self._crossover_steps())
+
+    def _crossover_steps(self) -> tuple:
+        """(quantized step, float32 step, batch) for crossover.step_crossover: decode steps of ``rows`` sequences
+        that have CROSSOVER_CONTEXT tokens cached in a slab (zeros: timing does not depend on the values), one token
+        each, on either weight form. Short contexts: the attention, the same work on both, stays small."""
+        slab = KVSlab(self.config, max(ROW_COUNTS), CROSSOVER_CONTEXT + 64, kv_dtype=self.kv_dtype)
+
+        def batch(rows: int) -> list[SequenceKV]:
+            for kv in list(slab.members):
+                slab.remove(kv)
+            caches = [self.new_kv(capacity=CROSSOVER_CONTEXT) for _ in range(rows)]
+            for kv in caches:
+                kv.length = CROSSOVER_CONTEXT
+                slab.add(kv, CROSSOVER_CONTEXT + 64)
+            return caches
+
+        def step(path: str) -> Callable[[list[SequenceKV]], None]:
+            def run(caches: list[SequenceKV]) -> None:
+                auto, self.weight_path = self.weight_path, path
+                try:
+                    self.decode_step(caches, [1] * len(caches), slab)
+                finally:
+                    self.weight_path = auto
+            return run
+        return step("quantized"), step("float32"), batch
 
     def dense_matrices(self) -> list[np.ndarray]:
         """Every float32 matrix of a step in the order of engine.crossover.step_matrices, ``[in, out]``."""

@@ -140,12 +140,17 @@ def test_a_worker_sharing_the_cores_measures_its_crossover_on_one_thread(pair, t
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: nothing to lend")
-    measured = []
+    measured, steps = [], []
     monkeypatch.setattr(llama, "model_crossover", lambda key, q, dense, threads: measured.append(threads) or 8)
+    monkeypatch.setattr(llama, "step_crossover", lambda key, *fns: steps.append(key) or 16)
     monkeypatch.setenv(CORE_SHARE_ENV, f"{tmp_path / 'core-share'}:0")
     loaded = load_gguf(str(tiny_model_path), quantized=True)
     shared = llama.LlamaModel(loaded)
     assert shared.parallel.shares_cores and measured == [1] and shared.crossover == 8
     monkeypatch.delenv(CORE_SHARE_ENV)
-    alone = llama.LlamaModel(loaded)
-    assert not alone.parallel.shares_cores and measured == [1, alone.quant_threads]
+    alone = llama.LlamaModel(loaded)  # its own two threads: whole decode steps (engine/model/crossover.py)
+    assert not alone.parallel.shares_cores
+    if alone.quant_threads >= 2:
+        assert measured == [1] and len(steps) == 1 and alone.crossover == 16
+    else:  # numba's fallback threading layer: one quantized thread, products timed on it
+        assert measured == [1, 1] and steps == []

@@ -120,6 +120,37 @@ def test_forwards_up_to_the_crossover_use_the_quantized_matrices(quantized_runti
     assert calls == []
 
 
+def test_the_crossover_times_whole_decode_steps_in_runs_of_one_form(quantized_runtime, quantized_calls, monkeypatch):
+    """A model with two threads of its own times whole decode steps, each form in runs of RUN_STEPS steps: timed
+    product by product and alternating, BLAS's spinning threads slowed the quantized products taken right after
+    float32 ones, and the crossover came out at 4 rows where steps of 16 rows were still faster quantized."""
+    from pdserve.engine.model import crossover
+
+    model, calls = quantized_runtime.model, quantized_calls
+    quantized_step, float32_step, batch = model._crossover_steps()
+    caches = batch(3)
+    quantized_step(caches)
+    assert len(calls) == 4 * model.config.n_layers + 1 and set(calls) == {3}  # every matrix and the head, 3 rows
+    calls.clear()
+    float32_step(caches)
+    assert calls == [] and model.weight_path == "auto" and {kv.length for kv in caches} == {crossover_context() + 2}
+    timed = []
+    monkeypatch.setattr(crossover, "_measured", {})  # measured once per process and key: a fresh record here
+    monkeypatch.setattr(crossover, "measure_crossover", lambda pairs, inputs: timed.append(pairs) or 12)
+    assert crossover.step_crossover(("test", "steps"), quantized_step, float32_step, batch) == 12
+    ((run_quantized, _),) = timed[0]
+    calls.clear()
+    run_quantized(batch(2))
+    assert len(calls) == crossover.RUN_STEPS * (4 * model.config.n_layers + 1)
+    assert crossover.step_crossover(("test", "steps"), quantized_step, float32_step, batch) == 12 and len(timed) == 1
+
+
+def crossover_context() -> int:
+    from pdserve.engine.model.llama import CROSSOVER_CONTEXT
+
+    return CROSSOVER_CONTEXT
+
+
 def test_auto_runs_float32_where_the_forward_splits_whatever_the_crossover(quantized_runtime, quantized_calls,
                                                                            monkeypatch):
     """A forward whose attention runs on our two threads takes float32 on ``auto`` (numba's spinning threads measured
