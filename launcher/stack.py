@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdserve.common.blas_spin import short_blas_spin
 from pdserve.common.processes import stop_processes
 from pdserve.common.readiness import grpc_serving, http_ok, wait_for
 from pdserve.common.server import PARENT_ENV
@@ -174,6 +175,7 @@ class Stack(StackSecurity):
         threads = self._threads_per_worker()
         env.setdefault("OPENBLAS_NUM_THREADS", str(threads))
         env.setdefault("OMP_NUM_THREADS", str(threads))
+        short_blas_spin(env)
         env["PYTHONUNBUFFERED"] = "1"
         env.pop(CORE_SHARE_ENV, None)
         slot = next((i for i, w in enumerate(self.workers) if w is p), None)
