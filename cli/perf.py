@@ -50,7 +50,8 @@ def register(sub) -> None:
                                 "TP8 EP8, sglang); keys: model (deepseek-r1, qwen3-235b-a22b, gpt-oss-120b, "
                                 "llama-3.1-70b, ... or a Hugging Face id; --list shows all), hardware (H20-96G, H200, "
                                 "B200, GB200, A100-80G, L20, L40S, MI300X, ...), weight_precision (bf16, fp8, fp4, mxfp4, "
-                                "int4; default the checkpoint's), gpus, tp, ep, dp_attention, software "
+                                "int4; default the checkpoint's), gpus, tp, ep, dp_attention, dp (DP attention groups), "
+                                "software "
                                 "(sglang, sglang-0.4, vllm, vllm-0.7, vllm-awq), kv_precision "
                                 f"({', '.join(k for k in KV_PRECISIONS if k)}: fp8 halves DeepSeek's 70,272 B/token), "
                                 "gpus_per_node, two_batch_overlap, mem_fraction (default: the software's)")

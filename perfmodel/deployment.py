@@ -141,8 +141,14 @@ def parse_deployment(text: str, base: Deployment | None = None, field_name: str 
     if "hardware" in given and "gpus_per_node" not in given:
         # one NVLink domain is what "node" means to the communication model: 72 GPUs in a GB200 NVL72 rack
         values["gpus_per_node"] = max(values["gpus_per_node"], gpu_by_name(values["hardware"]).nvlink_domain)
-    if values["dp"] > 1 and "dp_attention" not in given:
+    if "dp_attention" in given and not values["dp_attention"] and "dp" not in given:
+        values["dp"] = 0  # dp_attention=0 over a base with groups: tensor-parallel attention
+    if values["dp"] == 1:  # one group is tensor-parallel attention (SGLang turns DP attention off at --dp-size 1)
+        values["dp"], values["dp_attention"] = 0, False
+    elif values["dp"] > 1 and "dp_attention" not in given:
         values["dp_attention"] = True  # dp=N names DP attention groups, as SGLang's --dp-size with its flag
+    if values["dp_attention"] and values["dp"] == values["tp"]:
+        values["dp"] = 0  # a group per GPU: the same layout as dp_attention alone
     if "ep" not in given and values["ep"] > 1 and _dense(values):
         values["ep"] = 1  # a dense model has no experts to spread: expert parallelism is off unless asked
     return Deployment(**values)

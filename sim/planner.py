@@ -157,8 +157,8 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
                 break
             if dp and gpus == 1:
                 continue
-            for groups in _attention_groups(tp, group_tp_sizes) if dp else (0,):
-                if dp and (gpus, groups) in seen:
+            for size, groups in _attention_groups(tp, group_tp_sizes) if dp else ((0, 0),):
+                if dp and (gpus, size) in seen:
                     continue  # with DP attention the TP degree only splits the dense layers: one of them is enough
                 d = replace(base, hardware=hw, gpus=gpus, tp=tp, ep=ep, dp_attention=dp, dp=groups,
                             gpus_per_node=gpn, _cache={})
@@ -169,14 +169,15 @@ def candidates(hardware: list[str], max_nodes: int, model: str = "deepseek-r1", 
                 if gpus != last_size:
                     found += 1
                     last_size = gpus
-                seen.add((gpus, groups))
+                seen.add((gpus, size))
                 out += _layouts(d, fits[SchedulerRole.BOTH], disaggregated, max_nodes, gpn)
     return out
 
 
-def _attention_groups(tp: int, group_tp_sizes: tuple[int, ...]) -> list[int]:
-    """The ``dp`` values (0: a group per GPU) that give DP attention groups of each of ``group_tp_sizes`` GPUs."""
-    return [0 if size == 1 else tp // size for size in group_tp_sizes if size < tp and tp % size == 0]
+def _attention_groups(tp: int, group_tp_sizes: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(GPUs per group, the ``dp`` value that gives it: 0 for a group per GPU) for each of ``group_tp_sizes`` that
+    divides ``tp`` into two groups or more."""
+    return [(size, 0 if size == 1 else tp // size) for size in group_tp_sizes if size < tp and tp % size == 0]
 
 
 def _layouts(d: Deployment, colocated: bool, disaggregated: bool, max_nodes: int, gpus_per_node: int

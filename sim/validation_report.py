@@ -30,8 +30,8 @@ def format_table(replays: list[Replay]) -> str:
                 lines.append(f"{'':<34} miss: {KNOWN_MISSES.get(r.row_id, 'UNEXPLAINED')}")
         s = summary_of(part)
         lines.append(f"{kind} {split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
-                     f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
-                     f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}")
+                     f"{s['figures']} within their goal; mean |error| duration {_pct(s['duration'])}, mean TTFT "
+                     f"{_pct(s['mean TTFT'])}, mean TPOT {_pct(s['mean TPOT'])}")
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -60,15 +60,15 @@ def format_markdown(replays: list[Replay]) -> str:
             lines.append(f"| {r.row_id} | " + " | ".join(cells) + f" | {mark} |")
         s = summary_of(part)
         lines += ["", f"{kind} {split}: {s['replayed']} of {s['rows']} rows replayed; goal figures: {s['within']} of "
-                      f"{s['figures']} within their goal; mean |error| duration {s['duration']:.1%}, mean TTFT "
-                      f"{s['mean TTFT']:.1%}, mean TPOT {s['mean TPOT']:.1%}", ""]
+                      f"{s['figures']} within their goal; mean |error| duration {_pct(s['duration'])}, mean TTFT "
+                      f"{_pct(s['mean TTFT'])}, mean TPOT {_pct(s['mean TPOT'])}", ""]
         lines += [f"{i}. {text}" for i, text in enumerate(why, 1)] + ([""] if why else [])
         lines += ["By the scheduling profile each row was replayed with:", ""] if s["replayed"] else []
         for profile in sorted({r.setup.split(":")[0] for r in part if not r.note}):
             p = summary_of([r for r in part if not r.note and r.setup.split(":")[0] == profile])
             lines.append(f"- {profile}: {p['replayed']} rows, {p['within']} of {p['figures']} goal figures within "
-                         f"their goal; mean |error| duration {p['duration']:.1%}, output throughput "
-                         f"{p['out tok/s']:.1%}, mean TTFT {p['mean TTFT']:.1%}, mean TPOT {p['mean TPOT']:.1%}")
+                         f"their goal; mean |error| duration {_pct(p['duration'])}, output throughput "
+                         f"{_pct(p['out tok/s'])}, mean TTFT {_pct(p['mean TTFT'])}, mean TPOT {_pct(p['mean TPOT'])}")
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -93,8 +93,13 @@ def summary_of(replays: list[Replay]) -> dict:
            "within": sum(not f.missed for f in goal)}
     for name in ("duration", "mean TTFT", "mean TPOT", "out tok/s"):
         errs = [abs(f.error) for r in done for f in r.figures if f.name == name]
-        out[name] = sum(errs) / len(errs) if errs else 0.0
+        out[name] = sum(errs) / len(errs) if errs else None
     return out
+
+
+def _pct(x: float | None) -> str:
+    """A mean error as a percentage, "-" where no row gave that figure."""
+    return "-" if x is None else f"{x:.1%}"
 
 
 def trend(replays: list[Replay], xs: dict[str, float], figure: str) -> float:

@@ -18,7 +18,15 @@ from pdserve.engine.kv.cache import KVSlab, SequenceKV
 from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, kernel_view, kv_numpy_dtype
 from pdserve.engine.kv.fork import ForkKV, attend_fork
 from pdserve.engine.model.attention_plan import AttentionPlan
-from pdserve.engine.model.crossover import ROW_COUNTS, model_crossover, parallel_threads, step_crossover
+from pdserve.engine.model.crossover import (
+    CONFIRMATIONS,
+    REPEATS,
+    ROW_COUNTS,
+    RUN_STEPS,
+    model_crossover,
+    parallel_threads,
+    step_crossover,
+)
 from pdserve.engine.model.decode_attention import DecodeAttention
 from pdserve.engine.model.gguf_model import LoadedModel, ModelWeights
 from pdserve.engine.model.kernels.fast_exp import exp_nonpositive
@@ -31,6 +39,7 @@ F32 = np.float32
 # it the column halves measured slower (1 row: 41 ms against 22 ms for 30 layers of products)
 MIN_SPLIT_ROWS = 16
 CROSSOVER_CONTEXT = 64  # tokens cached by the sequences of the decode steps that time the crossover
+STEPS_TIMED_PER_BATCH = CONFIRMATIONS * REPEATS * 2 * RUN_STEPS  # the most steps one prepared batch runs
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 WEIGHT_PATHS = ("auto", "float32", "quantized")  # auto: quantized up to the measured crossover batch, float32 above
@@ -96,13 +105,15 @@ class LlamaModel:
         elif self.parallel.shares_cores or self.quant_threads < 2:
             self.crossover = model_crossover((c.fingerprint, 1), quantized, self.dense_matrices(), 1)
         else:
-            self.crossover = step_crossover((c.fingerprint, "steps", self.quant_threads), *self._crossover_steps())
+            self.crossover = step_crossover((c.fingerprint, "steps", self.quant_threads, kv_dtype),
+                                            *self._crossover_steps())
 
     def _crossover_steps(self) -> tuple:
         """(quantized step, float32 step, batch) for crossover.step_crossover: decode steps of ``rows`` sequences
         that have CROSSOVER_CONTEXT tokens cached in a slab (zeros: timing does not depend on the values), one token
         each, on either weight form. Short contexts: the attention, the same work on both, stays small."""
-        slab = KVSlab(self.config, max(ROW_COUNTS), CROSSOVER_CONTEXT + 64, kv_dtype=self.kv_dtype)
+        room = CROSSOVER_CONTEXT + STEPS_TIMED_PER_BATCH  # every step adds a token to each sequence
+        slab = KVSlab(self.config, max(ROW_COUNTS), room, kv_dtype=self.kv_dtype)
 
         def batch(rows: int) -> list[SequenceKV]:
             for kv in list(slab.members):
@@ -110,7 +121,7 @@ class LlamaModel:
             caches = [self.new_kv(capacity=CROSSOVER_CONTEXT) for _ in range(rows)]
             for kv in caches:
                 kv.length = CROSSOVER_CONTEXT
-                slab.add(kv, CROSSOVER_CONTEXT + 64)
+                slab.add(kv, room)
             return caches
 
         def step(path: str) -> Callable[[list[SequenceKV]], None]:
@@ -133,7 +144,7 @@ class LlamaModel:
         and products on our two threads (:meth:`_split_pays`), where ``auto`` takes float32 whatever the crossover:
         numba's threads, spinning after each quantized product, take the core that the attention's second half needs
         (whole decode steps at context 512 measured 3.3-3.8x float32's time at batch 24 and 32, against 0.44x at
-        batch 8, which does not split), and the crossover times the products alone."""
+        batch 8, which does not split), and the crossover times steps whose attention does not split."""
         if self.weights.quantized is None or self.weight_path == "float32":
             return False
         return self.weight_path == "quantized" or (rows <= self.crossover and not split)

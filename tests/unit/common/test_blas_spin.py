@@ -10,8 +10,8 @@ from pdserve.launcher.stack import Stack, StackSpec
 
 
 def _cli_process_value(env: dict[str, str]) -> str:
-    code = ("import sys; assert 'numpy' not in sys.modules; import pdserve.cli.main, os; "
-            f"print(os.environ['{SPIN_ENV}'])")
+    code = ("import os, sys; import pdserve.cli; assert 'numpy' not in sys.modules; "
+            f"value = os.environ['{SPIN_ENV}']; import pdserve.cli.main; print(value)")
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           check=True).stdout.strip()
 

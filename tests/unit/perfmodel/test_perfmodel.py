@@ -141,6 +141,9 @@ def test_dp_attention_in_groups_splits_attention_inside_each_group():
     for text, field in (("dp=3", "dp"), ("dp=4,dp_attention=0", "dp"), ("dp=16", "dp")):
         with pytest.raises(ValueError, match=f"^{field}:"):
             check_deployment(parse_deployment(text))
+    assert (parse_deployment("dp=1").dp_attention, parse_deployment("dp=1").dp) == (False, 0)  # SGLang: one group
+    assert parse_deployment("dp=8").dp == 0 and parse_deployment("dp=8").dp_attention  # a group per GPU
+    assert parse_deployment("dp_attention=0", base=d).dp == 0  # TP attention over a base with groups
 
 
 def test_dp_attention_before_tensor_parallel_experts_gathers_every_layer():

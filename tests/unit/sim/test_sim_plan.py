@@ -48,6 +48,9 @@ def test_candidates_try_dp_attention_groups_of_the_sizes_asked():
     assert {"1 colocated of 8xH20-141G DP-attn EP8", "1P1D of 8xH20-141G DP4-attn TP2 EP8",
             "1 colocated of 8xH20-141G DP2-attn TP4 EP8"} <= labels
     assert not any("DP1" in x for x in labels)  # a group of all eight GPUs is TP8 attention, already a candidate
+    both = [c.deployment for c in candidates(["H20-141G"], max_nodes=1, sizes=1, tp_sizes=(4, 8),
+                                             group_tp_sizes=(1, 2, 4)) if c.deployment.dp_attention]
+    assert sorted({d.parallel().attention_label() for d in both}) == ["DP-attn", "DP2-attn TP4", "DP4-attn TP2"]
     default = {c.label() for c in candidates(["H20-141G"], max_nodes=2, sizes=1)}
     assert not any("DP4" in x or "DP2" in x for x in default)
 

@@ -161,6 +161,11 @@ def test_every_knob_can_be_overridden():
     assert p.mixed and p.preemption == "newest" and p.dispatch == "least_loaded"
     assert p.new_token_ratio == pytest.approx(0.35)
     assert SchedulerOverrides.parse("max_num_seqs=512,mem_fraction=0.82") == SchedulerOverrides(512, mem_fraction=0.82)
+    v0 = PROFILES["vllm-0.7"]  # whole prompts in steps of their own; a mixed step chunks them into its budget
+    assert not v0.limits(H200_TP8).policy.chunked
+    mixed = scheduler_config(v0, v0.limits(H200_TP8), H200_TP8, SchedulerOverrides(step_composition="mixed"),
+                             SchedulerRole.BOTH, 600_000, 100, 16).policy
+    assert mixed.mixed and mixed.chunked
     with pytest.raises(ValueError, match="^step_composition"):
         SchedulerOverrides(step_composition="interleaved")
     with pytest.raises(ValueError, match="^scheduler: 'chunk'"):
