@@ -11,10 +11,11 @@ import time
 
 from pdserve.engine.sched.flags import SchedulerOverrides
 from pdserve.perfmodel.deployment import Deployment, deployment_from_args
+from pdserve.sim.candidates import candidates
 from pdserve.sim.error_band import band
 from pdserve.sim.plan_checks import emit_check, load_calibration_arg, parse_duration, plan_hardware, refuse_unhonoured
 from pdserve.sim.plan_file import plan_block
-from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, candidates, pareto, step_breakdown
+from pdserve.sim.planner import SLO, Candidate, Outcome, Planner, pareto, step_breakdown
 from pdserve.sim.progress import Progress
 from pdserve.sim.workload import build_workload
 from pdserve.workload.goodput import HOLD_ATTAINMENT

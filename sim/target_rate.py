@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pdserve.sim.planner import Candidate, Planner, Probe, candidates, capacity_estimate
+from pdserve.sim.candidates import candidates
+from pdserve.sim.planner import Candidate, Planner, Probe, capacity_estimate
 
 ROOFLINE_SLACK = 2.0  # a candidate whose roofline estimate is below rate / this is not simulated
 BEYOND_FACTOR = 8

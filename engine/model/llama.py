@@ -8,7 +8,6 @@ the shared slab attend together in compiled loops (engine/model/decode_attention
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import nullcontext
 
 import numpy as np
@@ -18,19 +17,12 @@ from pdserve.engine.kv.cache import KVSlab, SequenceKV
 from pdserve.engine.kv.dtype import DEFAULT_KV_DTYPE, kernel_view, kv_numpy_dtype
 from pdserve.engine.kv.fork import ForkKV, attend_fork
 from pdserve.engine.model.attention_plan import AttentionPlan
-from pdserve.engine.model.crossover import (
-    CONFIRMATIONS,
-    REPEATS,
-    ROW_COUNTS,
-    RUN_STEPS,
-    model_crossover,
-    parallel_threads,
-    step_crossover,
-)
+from pdserve.engine.model.crossover import model_crossover, parallel_threads, step_crossover
+from pdserve.engine.model.crossover_steps import decode_step_runs
 from pdserve.engine.model.decode_attention import DecodeAttention
 from pdserve.engine.model.gguf_model import LoadedModel, ModelWeights
 from pdserve.engine.model.kernels.fast_exp import exp_nonpositive
-from pdserve.engine.model.kernels.layer import rms_norm_rows, rope_in_place, silu_mul_rows, write_positions
+from pdserve.engine.model.kernels.layer import RotaryEmbedding, rms_norm, rope_in_place, silu_mul, write_positions
 from pdserve.engine.model.kernels.parallel import Parallel
 from pdserve.engine.model.quantized import QuantizedMatrix
 
@@ -38,37 +30,9 @@ F32 = np.float32
 # rows of a forward from which every product runs on our two threads instead of BLAS's (engine/model/kernels/parallel.py): below
 # it the column halves measured slower (1 row: 41 ms against 22 ms for 30 layers of products)
 MIN_SPLIT_ROWS = 16
-CROSSOVER_CONTEXT = 64  # tokens cached by the sequences of the decode steps that time the crossover
-STEPS_TIMED_PER_BATCH = CONFIRMATIONS * REPEATS * 2 * RUN_STEPS  # the most steps one prepared batch runs
 QUERY_BLOCK = 64  # queries per block of causal attention: small enough for its scores to stay in cache
 CAUSAL_MASK = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=F32), k=1)  # -inf above the diagonal
 WEIGHT_PATHS = ("auto", "float32", "quantized")  # auto: quantized up to the measured crossover batch, float32 above
-_NO_GAIN = np.zeros(0, dtype=F32)  # rms_norm_rows without a gain
-
-
-def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: np.float32) -> np.ndarray:
-    """x * weight / sqrt(mean(x^2) + eps), row-wise. x: [N, hidden]. weight None: gain folded into the next matmul."""
-    out = np.empty_like(x)
-    rms_norm_rows(x, _NO_GAIN if weight is None else weight, eps, out)
-    return out
-
-
-def silu_mul(gate_up: np.ndarray, width: int) -> np.ndarray:
-    """silu(gate) * up for rows [gate | up] of ``width`` each."""
-    out = np.empty((gate_up.shape[0], width), dtype=F32)
-    silu_mul_rows(gate_up, width, out)
-    return out
-
-
-class RotaryEmbedding:
-    """RoPE on interleaved pairs (2i, 2i+1): the convention of GGUF llama weights, whose Q/K rows are permuted for it.
-    Applied in place to a forward's Q and K by engine/model/kernels/layer.py's rope_in_place, from these tables."""
-
-    def __init__(self, head_dim: int, base: float, max_positions: int) -> None:
-        inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))  # [D/2]
-        angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)  # [T, D/2]
-        self.cos = np.cos(angles).astype(F32)
-        self.sin = np.sin(angles).astype(F32)
 
 
 class LlamaModel:
@@ -106,33 +70,7 @@ class LlamaModel:
             self.crossover = model_crossover((c.fingerprint, 1), quantized, self.dense_matrices(), 1)
         else:
             self.crossover = step_crossover((c.fingerprint, "steps", self.quant_threads, kv_dtype),
-                                            *self._crossover_steps())
-
-    def _crossover_steps(self) -> tuple:
-        """(quantized step, float32 step, batch) for crossover.step_crossover: decode steps of ``rows`` sequences
-        that have CROSSOVER_CONTEXT tokens cached in a slab (zeros: timing does not depend on the values), one token
-        each, on either weight form. Short contexts: the attention, the same work on both, stays small."""
-        room = CROSSOVER_CONTEXT + STEPS_TIMED_PER_BATCH  # every step adds a token to each sequence
-        slab = KVSlab(self.config, max(ROW_COUNTS), room, kv_dtype=self.kv_dtype)
-
-        def batch(rows: int) -> list[SequenceKV]:
-            for kv in list(slab.members):
-                slab.remove(kv)
-            caches = [self.new_kv(capacity=CROSSOVER_CONTEXT) for _ in range(rows)]
-            for kv in caches:
-                kv.length = CROSSOVER_CONTEXT
-                slab.add(kv, room)
-            return caches
-
-        def step(path: str) -> Callable[[list[SequenceKV]], None]:
-            def run(caches: list[SequenceKV]) -> None:
-                auto, self.weight_path = self.weight_path, path
-                try:
-                    self.decode_step(caches, [1] * len(caches), slab)
-                finally:
-                    self.weight_path = auto
-            return run
-        return step("quantized"), step("float32"), batch
+                                            *decode_step_runs(self))
 
     def dense_matrices(self) -> list[np.ndarray]:
         """Every float32 matrix of a step in the order of engine.crossover.step_matrices, ``[in, out]``."""

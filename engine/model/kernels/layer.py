@@ -74,3 +74,31 @@ def silu_mul_rows(gate_up, width, out):  # pragma: no cover - compiled
         for i in range(width):
             g = row[i]
             on[i] = g / (F32(1.0) + exp_clamped(-g)) * row[width + i]
+
+
+_NO_GAIN = np.zeros(0, dtype=F32)  # rms_norm_rows without a gain
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: np.float32) -> np.ndarray:
+    """x * weight / sqrt(mean(x^2) + eps), row-wise. x: [N, hidden]. weight None: gain folded into the next matmul."""
+    out = np.empty_like(x)
+    rms_norm_rows(x, _NO_GAIN if weight is None else weight, eps, out)
+    return out
+
+
+def silu_mul(gate_up: np.ndarray, width: int) -> np.ndarray:
+    """silu(gate) * up for rows [gate | up] of ``width`` each."""
+    out = np.empty((gate_up.shape[0], width), dtype=F32)
+    silu_mul_rows(gate_up, width, out)
+    return out
+
+
+class RotaryEmbedding:
+    """RoPE on interleaved pairs (2i, 2i+1): the convention of GGUF llama weights, whose Q/K rows are permuted for it.
+    Applied in place to a forward's Q and K by engine/model/kernels/layer.py's rope_in_place, from these tables."""
+
+    def __init__(self, head_dim: int, base: float, max_positions: int) -> None:
+        inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))  # [D/2]
+        angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)  # [T, D/2]
+        self.cos = np.cos(angles).astype(F32)
+        self.sin = np.sin(angles).astype(F32)

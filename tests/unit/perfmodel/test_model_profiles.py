@@ -15,7 +15,7 @@ from pdserve.perfmodel.hf_config import load_model_config, profile_from_config
 from pdserve.perfmodel.model_configs import PUBLISHED
 from pdserve.perfmodel.models import CATALOG, MODELS, model_profile, resolve_model_name
 from pdserve.perfmodel.profile import windowed_pairs
-from pdserve.sim.planner import instance_shapes
+from pdserve.sim.candidates import instance_shapes
 
 NEW_MODELS = ("qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "kimi-k2", "glm-4.5", "gpt-oss-120b", "gpt-oss-20b",
               "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")

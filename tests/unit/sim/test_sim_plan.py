@@ -11,9 +11,10 @@ from pdserve.common.scheduling import modeled_scheduling
 from pdserve.engine.sched.scheduler import SchedulerRole
 from pdserve.perfmodel.deployment import Deployment, check_deployment
 from pdserve.sim import planner as planner_module
+from pdserve.sim.candidates import candidates
 from pdserve.sim.cluster import Cluster, ClusterSpec, Pool, SimRequest
 from pdserve.sim.plan_checks import parse_duration
-from pdserve.sim.planner import SLO, Candidate, Planner, Probe, candidates
+from pdserve.sim.planner import SLO, Candidate, Planner, Probe
 from pdserve.sim.sensitivity import VARIANTS, variant
 
 

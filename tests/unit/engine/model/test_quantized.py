@@ -8,6 +8,7 @@ from gguf import quants
 
 from pdserve.engine.model import quantized as quantized_module
 from pdserve.engine.model.crossover import measure_crossover
+from pdserve.engine.model.crossover_steps import decode_step_runs
 from pdserve.engine.model.quantized import QuantizedMatrix, stacked, tile_rows
 from pdserve.engine.runtime import Runtime
 from tests.tiny_model import write_tiny_model
@@ -127,7 +128,7 @@ def test_the_crossover_times_whole_decode_steps_in_runs_of_one_form(quantized_ru
     from pdserve.engine.model import crossover
 
     model, calls = quantized_runtime.model, quantized_calls
-    quantized_step, float32_step, batch = model._crossover_steps()
+    quantized_step, float32_step, batch = decode_step_runs(model)
     caches = batch(3)
     quantized_step(caches)
     assert len(calls) == 4 * model.config.n_layers + 1 and set(calls) == {3}  # every matrix and the head, 3 rows
@@ -146,7 +147,7 @@ def test_the_crossover_times_whole_decode_steps_in_runs_of_one_form(quantized_ru
 
 
 def crossover_context() -> int:
-    from pdserve.engine.model.llama import CROSSOVER_CONTEXT
+    from pdserve.engine.model.crossover_steps import CROSSOVER_CONTEXT
 
     return CROSSOVER_CONTEXT
 
