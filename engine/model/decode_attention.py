@@ -15,6 +15,7 @@ tests compare against a float64 reference instead of bit for bit.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from pdserve.engine.kv.dtype import kernel_view
@@ -30,6 +31,11 @@ _FASTMATH = {"reassoc", "contract"}
 # also leaves its products to BLAS's threads (LlamaModel._split_pays): with SmolLM2's 3 KV heads, batch 32 splits
 # from a context of about 341 tokens, batch 16 from about 683
 _MIN_SPLIT_KEYS = 1 << 15
+# keys per step (summed as above) from which a step that is not split otherwise (its products quantized on numba's
+# threads) runs its attention on those two threads as well, each (sequence, head) pair on one of them: a parallel
+# region costs microseconds where numba's threads are still spinning after the products, a Python thread's hand-off
+# tens of them
+MIN_NUMBA_SPLIT_KEYS = 1 << 10
 
 
 @compiled(fastmath=_FASTMATH)
@@ -93,14 +99,19 @@ class DecodeAttention:
         self.min_split_keys = min_split_keys
 
     def __call__(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray,
-                 lengths: np.ndarray, split: bool = True) -> np.ndarray:
+                 lengths: np.ndarray, split: bool = True, numba_threads: int = 1) -> np.ndarray:
         """q: [B, KVH, g, D] (pre-scaled); keys, values: [slots, KVH, capacity, D] (float32, float16 or bfloat16);
-        slots, lengths: [B] int64.
+        slots, lengths: [B] int64. ``numba_threads`` 2: where it does not split on ``parallel``'s threads, the
+        attention runs on numba's two, each (sequence, head) pair whole on one of them, so the result is the one
+        thread's to the bit.
 
         Returns [B, KVH, g, D]: each query's softmax-weighted values over its sequence's first ``lengths`` keys.
         """
         keys, values = kernel_view(keys), kernel_view(values)
         if not split or not self.splits(lengths, q.shape[1]):
+            if numba_threads >= 2 and q.shape[0] * q.shape[1] >= 2 and (
+                    int(lengths.sum()) * q.shape[1] >= MIN_NUMBA_SPLIT_KEYS):
+                return _attend_two_threads(q, keys, values, slots, lengths, _balanced_cut(lengths, q.shape[1]))
             return _attend_one_thread(q, keys, values, slots, lengths)
         b, n_kv, group, dim = q.shape
         scores = np.empty((b, n_kv, group, int(lengths.max())), dtype=F32)
@@ -135,6 +146,28 @@ class DecodeAttention:
             both(_weighted_values, (scores, values, slots, lengths, 0, tasks, 0, mid, out),
                  (scores, values, slots, lengths, 0, tasks, mid, width, second))
             out += second
+
+
+def _balanced_cut(lengths: np.ndarray, n_kv: int) -> int:
+    """The (sequence, head) pair at which the first half ends: the pairs before it hold about half of the keys."""
+    keys = np.repeat(lengths, n_kv).cumsum()
+    return int(min(max(1, np.searchsorted(keys, keys[-1] / 2) + 1), keys.size - 1))
+
+
+@compiled(parallel=True)
+def _attend_two_threads(q, keys, values, slots, lengths, cut):  # pragma: no cover - compiled
+    """:func:`_attend_one_thread` with pairs 0..cut on one of numba's threads and the rest on the other."""
+    b, n_kv, group, dim = q.shape
+    width = lengths.max()
+    scores = np.empty((b, n_kv, group, width), dtype=F32)
+    out = np.empty((b, n_kv, group, dim), dtype=F32)
+    rows = scores.reshape(-1, width)
+    for half in numba.prange(2):
+        lo, hi = (0, cut) if half == 0 else (cut, b * n_kv)
+        _scores(q, keys, slots, lengths, lo, hi, 0, width, scores)
+        _softmax_rows(rows[lo * group:hi * group])
+        _weighted_values(scores, values, slots, lengths, lo, hi, 0, width, out)
+    return out
 
 
 @compiled()

@@ -163,7 +163,7 @@ class LlamaModel:
             q = qkv[:, :q_width].reshape(-1, c.n_heads, c.head_dim)  # [N, H, D]
             k = qkv[:, q_width:q_width + kv_width].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
-            attn = self._attention(plan, layer, q, k, v, split)  # [N, H * D]
+            attn = self._attention(plan, layer, q, k, v, split, quantized)  # [N, H * D]
             self._add_product(x, attn, ql and ql.wo, lw.wo, mm)
             # feed-forward block (SwiGLU)
             gate_up = self._normed_product(x, ql and ql.gate_up, ql and ql.ffn_norm, lw.w_gate_up, mm)  # [N, 2 ffn]
@@ -198,15 +198,15 @@ class LlamaModel:
             x += mm(h, dense)
 
     def _attention(self, plan: AttentionPlan, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                   split: bool) -> np.ndarray:
+                   split: bool, quantized: bool) -> np.ndarray:
         """Write this layer's new K, V into the caches and attend, as the plan says. q: [N, H, D]; k, v: [N, KVH, D]."""
         c = self.config
         if plan.all_slab:  # a pure decode step over the slab takes the rows as they are: no gather, no scatter
-            return self._attend_slab(q, k, v, plan, layer, split)
+            return self._attend_slab(q, k, v, plan, layer, split, quantized)
         attn = np.empty((q.shape[0], c.n_heads * c.head_dim), dtype=F32)
         if plan.slab_rows.size:
             rows = plan.slab_rows
-            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer, split)
+            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer, split, quantized)
         for i, lo, hi in plan.singles:
             kv, start = plan.caches[i], plan.starts[i]
             kv.write(layer, start, k[lo:hi], v[lo:hi])
@@ -218,7 +218,7 @@ class LlamaModel:
 
         Queries go in blocks of QUERY_BLOCK: a block attends only to the keys up to its last query, so the causal
         half of the score matrix is never computed, and only the block's diagonal square needs a mask. Two threads
-        take half of the blocks each (the cheapest paired with the dearest, so both do the same work).
+        take the blocks in turn, the dearest (last) first, so both finish together.
         """
         c = self.config
         n, g, kvh, d = q.shape[0], c.group_size, c.n_kv_heads, c.head_dim
@@ -233,8 +233,7 @@ class LlamaModel:
             self._attend_blocks(*args, blocks)
         else:
             with self.parallel.single_threaded_blas():
-                self.parallel.both(self._attend_blocks, (*args, blocks[0::4] + blocks[3::4]),
-                                   (*args, blocks[1::4] + blocks[2::4]))
+                self.parallel.share_out(lambda b0: self._attend_blocks(*args, [b0]), blocks[::-1])
         return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
 
     def _attend_blocks(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, out: np.ndarray,
@@ -262,13 +261,19 @@ class LlamaModel:
             block_out /= scores.sum(axis=-1, keepdims=True)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
-                     layer: int, split: bool) -> np.ndarray:
-        """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]."""
+                     layer: int, split: bool, quantized: bool) -> np.ndarray:
+        """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]. A step
+        whose products run quantized on numba's threads, and does not split on ours, gives its attention numba's
+        threads too while the second core is free (engine/model/decode_attention.py)."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v)
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
-        return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split).reshape(q.shape[0], -1)
+        numba_threads = self.quant_threads if quantized and not split and self.quant_threads > 1 else 1
+        if numba_threads > 1 and not self.parallel.split_now():
+            numba_threads = 1
+        return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split,
+                                     numba_threads).reshape(q.shape[0], -1)
 
 
 def _float32(cache: np.ndarray, tokens: int) -> np.ndarray:

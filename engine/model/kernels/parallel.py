@@ -13,13 +13,18 @@ matrices, 32 rows): OpenBLAS's two threads 100 ms, the column halves 92 ms; with
 attention's two halves stop losing to the spin (the README's Benchmarks section has the step times).
 
 A worker that shares its host's cores with other workers (kernels/core_share.py) keeps BLAS on one thread and runs
-its second thread only while no other worker is in a forward pass: the halves then run one after the other.
+its second thread only while no other worker is in a forward pass. Its products go in column chunks of about
+CHUNK_FLOPS each rather than halves, taken in turn by both threads: the borrowed thread checks before each chunk and
+stops once the other worker starts a forward, so the core goes back within a chunk (about a millisecond) instead of
+half a product (up to 9 ms for a 512-row feed-forward product, a decode step's third), and the calling thread
+finishes the chunks left rather than waiting on a half that now shares a core with the other worker's step.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
@@ -27,6 +32,9 @@ import numpy as np  # (loads BLAS, whose thread count sets the default split)
 from threadpoolctl import ThreadpoolController
 
 from pdserve.engine.model.kernels.core_share import CoreShare
+
+CHUNK_FLOPS = 40e6  # a column chunk's work when sharing the cores: ~1 ms on one core, long enough for BLAS's pace
+MAX_CHUNKS = 16
 
 
 class Parallel:
@@ -80,12 +88,44 @@ class Parallel:
         finally:
             other.result()
 
+    def share_out(self, fn: Callable, items: Sequence) -> None:
+        """fn(item) for every item, taken in order by the calling thread and the pool's thread together. The pool's
+        thread joins only if a split may run now, and while sharing the host's cores takes no further item once
+        another worker is in a forward pass; the calling thread takes whatever is left."""
+        if len(items) < 2 or not self.split_now():
+            for item in items:
+                fn(item)
+            return
+        taken = itertools.count()  # next() on it is one step under the GIL: each index goes to one thread
+
+        def take(borrowed: bool) -> None:
+            while not (borrowed and self._share is not None and self._share.others_busy()):
+                i = next(taken)
+                if i >= len(items):
+                    return
+                fn(items[i])
+
+        other = self._pool.submit(take, True)
+        try:
+            take(False)
+        finally:
+            other.result()
+
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """a @ b, each worker computing half of b's columns (a strided view: no copy). Run it with BLAS held to one
-        thread (:meth:`single_threaded_blas`), or each half would start BLAS's own threads as well."""
+        """a @ b by column ranges of b (strided views: no copy): halves, one per thread, or while sharing the host's
+        cores chunks of about CHUNK_FLOPS shared out. Run it with BLAS held to one thread (:meth:`single_threaded_blas`),
+        or each range would start BLAS's own threads as well."""
         out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
-        mid = b.shape[1] // 2
-        self.both(_matmul_into, (a, b[:, :mid], out[:, :mid]), (a, b[:, mid:], out[:, mid:]))
+        columns = b.shape[1]
+
+        def product(span: tuple[int, int]) -> None:
+            np.matmul(a, b[:, span[0]:span[1]], out=out[:, span[0]:span[1]])
+        if self._share is None:
+            self.both(product, ((0, columns // 2),), ((columns // 2, columns),))
+            return out
+        chunks = int(min(MAX_CHUNKS, max(2, 2 * a.shape[0] * b.shape[0] * columns // CHUNK_FLOPS)))
+        bounds = [columns * i // chunks for i in range(chunks + 1)]
+        self.share_out(product, list(zip(bounds[:-1], bounds[1:])))
         return out
 
     @contextmanager
@@ -100,6 +140,3 @@ class Parallel:
             for lib, n in zip(self._blas, before):
                 lib.set_num_threads(n)
 
-
-def _matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    np.matmul(a, b, out=out)

@@ -154,3 +154,42 @@ def test_a_worker_sharing_the_cores_measures_its_crossover_on_one_thread(pair, t
         assert measured == [1] and len(steps) == 1 and alone.crossover == 16
     else:  # numba's fallback threading layer: one quantized thread, products timed on it
         assert measured == [1, 1] and steps == []
+
+
+def test_shared_out_work_goes_back_to_the_caller_once_the_other_worker_starts_a_forward(pair):
+    """The borrowed thread takes no item after the other worker's byte is set; the caller does the rest, and every
+    item runs exactly once."""
+    prefill, decode = pair
+    parallel = Parallel(2, share=prefill)
+    caller = threading.get_ident()
+    ran: list[tuple[int, bool]] = []
+    borrowed_started = threading.Event()
+    release = threading.Event()
+    other_forward = decode.working()
+
+    def item(i: int) -> None:
+        mine = threading.get_ident() == caller
+        ran.append((i, mine))
+        if not mine and not borrowed_started.is_set():  # the borrowed thread's first item: the other worker starts
+            borrowed_started.set()
+            other_forward.__enter__()
+            release.set()
+        elif mine:
+            release.wait(timeout=5)
+    try:
+        parallel.share_out(item, list(range(12)))
+    finally:
+        other_forward.__exit__(None, None, None)
+    assert sorted(i for i, _ in ran) == list(range(12))
+    assert sum(not mine for _, mine in ran) == 1  # the borrowed core went back after one item
+    assert (parallel.lent, parallel.own) == (1, 0)
+
+
+def test_a_product_in_chunks_on_a_shared_core_is_the_product(pair):
+    prefill, _ = pair
+    parallel = Parallel(2, share=prefill)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((300, 576)).astype(np.float32), rng.standard_normal((576, 1537)).astype(np.float32)
+    with parallel.single_threaded_blas():
+        got = parallel.matmul(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
