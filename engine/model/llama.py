@@ -60,7 +60,8 @@ class LlamaModel:
         self.decode_attention = DecodeAttention(self.parallel)
         self.weight_path = weight_path
         quantized = self.weights.quantized
-        self.quant_threads = parallel_threads(self.parallel.threads) if quantized else 1
+        self.numba_threads = parallel_threads(self.parallel.threads)  # the decode attention's, where a step does not split
+        self.quant_threads = self.numba_threads if quantized else 1
         # a worker sharing the host's cores measures its products on its own core: they get the second one only while
         # the other workers rest, and a two-thread timing taken while they load lost even at batch 1 (crossover 0:
         # every decode step on float32, 3x slower); a worker with two threads of its own times whole decode steps
@@ -263,13 +264,14 @@ class LlamaModel:
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
                      layer: int, split: bool, quantized: bool) -> np.ndarray:
         """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]. A step
-        whose products run quantized on numba's threads, and does not split on ours, gives its attention numba's
-        threads too while the second core is free (engine/model/decode_attention.py)."""
+        that does not split on our threads gives its attention numba's two while the second core is free
+        (engine/model/decode_attention.py): 10-28% off a decode step at batch 8 (contexts 300-2048), 6-7% at batch
+        24-32 and context 64 with BLAS's products, measured."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v)
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
-        numba_threads = self.quant_threads if quantized and not split and self.quant_threads > 1 else 1
+        numba_threads = 1 if split else self.numba_threads
         if numba_threads > 1 and not self.parallel.split_now():
             numba_threads = 1
         return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split,
