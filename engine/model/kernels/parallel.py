@@ -15,9 +15,10 @@ attention's two halves stop losing to the spin (the README's Benchmarks section 
 A worker that shares its host's cores with other workers (kernels/core_share.py) keeps BLAS on one thread and runs
 its second thread only while no other worker is in a forward pass. Its products go in column chunks of about
 CHUNK_FLOPS each rather than halves, taken in turn by both threads: the borrowed thread checks before each chunk and
-stops once the other worker starts a forward, so the core goes back within a chunk (about a millisecond) instead of
-half a product (up to 9 ms for a 512-row feed-forward product, a decode step's third), and the calling thread
-finishes the chunks left rather than waiting on a half that now shares a core with the other worker's step.
+stops once the other worker starts a forward, so the core goes back within a chunk (a millisecond or so) instead of
+half a product (half of a 512-row feed-forward product is 0.9 GFLOP, several milliseconds on one core, a large part
+of a decode step), and the calling thread finishes the chunks left rather than waiting on a half that now shares a
+core with the other worker's step.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from threadpoolctl import ThreadpoolController
 
 from pdserve.engine.model.kernels.core_share import CoreShare
 
-CHUNK_FLOPS = 40e6  # a column chunk's work when sharing the cores: ~1 ms on one core, long enough for BLAS's pace
+CHUNK_FLOPS = 150e6  # a column chunk's work when sharing the cores: about a millisecond on one core, wide enough for BLAS
 MAX_CHUNKS = 16
 
 
