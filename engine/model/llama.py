@@ -164,7 +164,7 @@ class LlamaModel:
             q = qkv[:, :q_width].reshape(-1, c.n_heads, c.head_dim)  # [N, H, D]
             k = qkv[:, q_width:q_width + kv_width].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
-            attn = self._attention(plan, layer, q, k, v, split, quantized)  # [N, H * D]
+            attn = self._attention(plan, layer, q, k, v, split)  # [N, H * D]
             self._add_product(x, attn, ql and ql.wo, lw.wo, mm)
             # feed-forward block (SwiGLU)
             gate_up = self._normed_product(x, ql and ql.gate_up, ql and ql.ffn_norm, lw.w_gate_up, mm)  # [N, 2 ffn]
@@ -199,15 +199,15 @@ class LlamaModel:
             x += mm(h, dense)
 
     def _attention(self, plan: AttentionPlan, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                   split: bool, quantized: bool) -> np.ndarray:
+                   split: bool) -> np.ndarray:
         """Write this layer's new K, V into the caches and attend, as the plan says. q: [N, H, D]; k, v: [N, KVH, D]."""
         c = self.config
         if plan.all_slab:  # a pure decode step over the slab takes the rows as they are: no gather, no scatter
-            return self._attend_slab(q, k, v, plan, layer, split, quantized)
+            return self._attend_slab(q, k, v, plan, layer, split)
         attn = np.empty((q.shape[0], c.n_heads * c.head_dim), dtype=F32)
         if plan.slab_rows.size:
             rows = plan.slab_rows
-            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer, split, quantized)
+            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer, split)
         for i, lo, hi in plan.singles:
             kv, start = plan.caches[i], plan.starts[i]
             kv.write(layer, start, k[lo:hi], v[lo:hi])
@@ -262,11 +262,10 @@ class LlamaModel:
             block_out /= scores.sum(axis=-1, keepdims=True)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
-                     layer: int, split: bool, quantized: bool) -> np.ndarray:
+                     layer: int, split: bool) -> np.ndarray:
         """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]. A step
         that does not split on our threads gives its attention numba's two while the second core is free
-        (engine/model/decode_attention.py): 10-28% off a decode step at batch 8 (contexts 300-2048), 6-7% at batch
-        24-32 and context 64 with BLAS's products, measured."""
+        (engine/model/decode_attention.py; docs/benchmarks.md, Engine, has what it gains)."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v)
