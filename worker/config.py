@@ -25,7 +25,7 @@ class WorkerConfig:
     kv_shm: bool
     max_queue: int
     model_step_nice: int
-    compute_chunk_tokens: int  # prompt tokens per forward on this machine (steps are composed by the step budget)
+    compute_chunk_tokens: int | None  # prompt tokens per forward here (None: by role, worker/flags.py forward_tokens)
     drain_timeout_s: float
     deployment: Deployment  # the modeled deployment, checked to run
     pace: str
@@ -51,7 +51,7 @@ class WorkerConfig:
                      scheduler=SchedulerOverrides.from_args(args), host=args.host, port=args.port,
                      metrics_host=args.metrics_host, metrics_port=args.metrics_port)
         config.clock()  # the pacing's checks
-        if config.compute_chunk_tokens < 1:
+        if config.compute_chunk_tokens is not None and config.compute_chunk_tokens < 1:
             raise ValueError(f"--compute-chunk-tokens: {config.compute_chunk_tokens} must be >= 1")
         return config
 

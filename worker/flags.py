@@ -51,10 +51,12 @@ def worker_parser(name: str, default_port: int, max_queue: int) -> FlagParser:
                              "there too); others get the socket")
     add_scheduler_args(parser)
     parser.add_argument("--max-queue", type=int, default=max_queue, help="requests held before RESOURCE_EXHAUSTED")
-    parser.add_argument("--compute-chunk-tokens", type=int, default=DEFAULT_COMPUTE_CHUNK_TOKENS,
+    parser.add_argument("--compute-chunk-tokens", type=int, default=None,
                         help="prompt tokens one forward computes on this machine; steps are still composed and "
-                             "priced by the step budget (--max-num-batched-tokens), and the KV each forward completes "
-                             "is stored while the next computes")
+                             "priced by the step budget (--max-num-batched-tokens). Default: "
+                             f"{DEFAULT_COMPUTE_CHUNK_TOKENS} on a prefill worker, whose forwards' KV is stored while "
+                             "the next computes; the whole step on a decode worker, whose prompts' KV stays where "
+                             "it is computed")
     parser.add_argument("--model-step-nice", type=int, default=DEFAULT_STEP_NICE, choices=range(0, 20),
                         metavar="0..19", help="run the model step this much nicer than the rest of the process, so "
                         "that gRPC and KV transfers on shared cores are not starved by compute (0: same priority)")
@@ -97,10 +99,20 @@ def build_worker(config: WorkerConfig, kv_blocks: int | None = None, slab_tokens
     except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
         raise SystemExit(f"--kv-dtype: {exc}") from None
     TOKEN_BUDGET.labels("step").set(scheduling.config.max_num_batched_tokens)
-    TOKEN_BUDGET.labels("forward").set(config.compute_chunk_tokens)
+    chunk = forward_tokens(config, scheduling.config.max_num_batched_tokens)
+    TOKEN_BUDGET.labels("forward").set(chunk)
     export_core_share(getattr(runtime.model, "parallel", None))
     return Worker(runtime, scheduling.build(runtime.free), config.clock(), config.max_queue,
-                  default_served_name(config.model), config.model_step_nice, config.compute_chunk_tokens)
+                  default_served_name(config.model), config.model_step_nice, chunk)
+
+
+def forward_tokens(config: WorkerConfig, step_budget: int) -> int:
+    """Prompt tokens per forward: the flag's, else DEFAULT_COMPUTE_CHUNK_TOKENS where the KV leaves for the kvstore
+    forward by forward (a prefill worker), else the step's budget: a decode worker (or a colocated one) keeps its
+    prompts' KV, so smaller forwards would only cost (6% of a prompt-only load's throughput, docs/benchmarks.md)."""
+    if config.compute_chunk_tokens is not None:
+        return config.compute_chunk_tokens
+    return DEFAULT_COMPUTE_CHUNK_TOKENS if config.scheduler_role is SchedulerRole.PREFILL else step_budget
 
 
 async def run_worker(name: str, config: WorkerConfig, worker: Worker,
