@@ -31,9 +31,9 @@ _FASTMATH = {"reassoc", "contract"}
 # also leaves its products to BLAS's threads (LlamaModel._split_pays): with SmolLM2's 3 KV heads, batch 32 splits
 # from a context of about 341 tokens, batch 16 from about 683
 _MIN_SPLIT_KEYS = 1 << 15
-# keys per step (summed as above) from which a step that does not split on our threads runs its attention on numba's
-# two, each (sequence, head) pair on one of them: a parallel region costs microseconds where numba's threads are
-# still spinning after quantized products (tens after BLAS's), a Python thread's hand-off tens
+# keys per step (summed as above) from which a step whose products run quantized on numba's threads, and that does
+# not split on ours, runs its attention on numba's two as well, each (sequence, head) pair on one of them: a parallel
+# region costs microseconds while numba's threads still spin after the products, a Python thread's hand-off tens
 MIN_NUMBA_SPLIT_KEYS = 1 << 10
 
 

@@ -60,8 +60,7 @@ class LlamaModel:
         self.decode_attention = DecodeAttention(self.parallel)
         self.weight_path = weight_path
         quantized = self.weights.quantized
-        self.numba_threads = parallel_threads(self.parallel.threads)  # the decode attention's, where a step does not split
-        self.quant_threads = self.numba_threads if quantized else 1
+        self.quant_threads = parallel_threads(self.parallel.threads) if quantized else 1
         # a worker sharing the host's cores measures its products on its own core: they get the second one only while
         # the other workers rest, and a two-thread timing taken while they load lost even at batch 1 (crossover 0:
         # every decode step on float32, 3x slower); a worker with two threads of its own times whole decode steps
@@ -164,7 +163,7 @@ class LlamaModel:
             q = qkv[:, :q_width].reshape(-1, c.n_heads, c.head_dim)  # [N, H, D]
             k = qkv[:, q_width:q_width + kv_width].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
             v = qkv[:, q_width + kv_width:].reshape(-1, c.n_kv_heads, c.head_dim)  # [N, KVH, D]
-            attn = self._attention(plan, layer, q, k, v, split)  # [N, H * D]
+            attn = self._attention(plan, layer, q, k, v, split, quantized)  # [N, H * D]
             self._add_product(x, attn, ql and ql.wo, lw.wo, mm)
             # feed-forward block (SwiGLU)
             gate_up = self._normed_product(x, ql and ql.gate_up, ql and ql.ffn_norm, lw.w_gate_up, mm)  # [N, 2 ffn]
@@ -199,15 +198,15 @@ class LlamaModel:
             x += mm(h, dense)
 
     def _attention(self, plan: AttentionPlan, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                   split: bool) -> np.ndarray:
+                   split: bool, quantized: bool) -> np.ndarray:
         """Write this layer's new K, V into the caches and attend, as the plan says. q: [N, H, D]; k, v: [N, KVH, D]."""
         c = self.config
         if plan.all_slab:  # a pure decode step over the slab takes the rows as they are: no gather, no scatter
-            return self._attend_slab(q, k, v, plan, layer, split)
+            return self._attend_slab(q, k, v, plan, layer, split, quantized)
         attn = np.empty((q.shape[0], c.n_heads * c.head_dim), dtype=F32)
         if plan.slab_rows.size:
             rows = plan.slab_rows
-            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer, split)
+            attn[rows] = self._attend_slab(q[rows], k[rows], v[rows], plan, layer, split, quantized)
         for i, lo, hi in plan.singles:
             kv, start = plan.caches[i], plan.starts[i]
             kv.write(layer, start, k[lo:hi], v[lo:hi])
@@ -262,15 +261,17 @@ class LlamaModel:
             block_out /= scores.sum(axis=-1, keepdims=True)
 
     def _attend_slab(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, plan: AttentionPlan,
-                     layer: int, split: bool) -> np.ndarray:
+                     layer: int, split: bool, quantized: bool) -> np.ndarray:
         """One query per sequence over its slab slot, the whole batch in two compiled passes. q: [B, H, D]. A step
-        that does not split on our threads gives its attention numba's two while the second core is free
-        (engine/model/decode_attention.py; docs/benchmarks.md, Engine, has what it gains)."""
+        whose products run quantized on numba's threads (and that does not split on ours) gives its attention those
+        two threads while the second core is free (engine/model/decode_attention.py). Not beside BLAS's products:
+        numba's idle threads spin for a while after a region, on the core BLAS's second thread needs next (the
+        engine benchmark's float32 rows at batch 1-32 lost up to 40% of their speed that way)."""
         c = self.config
         slab, slots, lengths = plan.slab, plan.slots, plan.lengths
         write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v)
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
-        numba_threads = 1 if split else self.numba_threads
+        numba_threads = self.quant_threads if quantized and not split else 1
         if numba_threads > 1 and not self.parallel.split_now():
             numba_threads = 1
         return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split,
