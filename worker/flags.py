@@ -22,7 +22,7 @@ from pdserve.kvstore.client import KVStoreClient
 from pdserve.perfmodel.deployment import add_deployment_flag
 from pdserve.worker.clock import KV_LINKS, PACE_MODES
 from pdserve.worker.config import WorkerConfig
-from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS
+from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS, forward_tokens
 from pdserve.worker.metrics import TOKEN_BUDGET, export_core_share
 from pdserve.worker.worker import DEFAULT_STEP_NICE, Worker
 
@@ -99,20 +99,12 @@ def build_worker(config: WorkerConfig, kv_blocks: int | None = None, slab_tokens
     except ValueError as exc:  # (a 16-bit cache asked of the synthetic backend)
         raise SystemExit(f"--kv-dtype: {exc}") from None
     TOKEN_BUDGET.labels("step").set(scheduling.config.max_num_batched_tokens)
-    chunk = forward_tokens(config, scheduling.config.max_num_batched_tokens)
+    chunk = forward_tokens(config.compute_chunk_tokens, config.scheduler_role,
+                           scheduling.config.max_num_batched_tokens)
     TOKEN_BUDGET.labels("forward").set(chunk)
     export_core_share(getattr(runtime.model, "parallel", None))
     return Worker(runtime, scheduling.build(runtime.free), config.clock(), config.max_queue,
                   default_served_name(config.model), config.model_step_nice, chunk)
-
-
-def forward_tokens(config: WorkerConfig, step_budget: int) -> int:
-    """Prompt tokens per forward: the flag's, else DEFAULT_COMPUTE_CHUNK_TOKENS where the KV leaves for the kvstore
-    forward by forward (a prefill worker), else the step's budget: a decode worker (or a colocated one) keeps its
-    prompts' KV, so smaller forwards would only cost (6% of a prompt-only load's throughput, docs/benchmarks.md)."""
-    if config.compute_chunk_tokens is not None:
-        return config.compute_chunk_tokens
-    return DEFAULT_COMPUTE_CHUNK_TOKENS if config.scheduler_role is SchedulerRole.PREFILL else step_budget
 
 
 async def run_worker(name: str, config: WorkerConfig, worker: Worker,

@@ -108,8 +108,7 @@ class DecodeAttention:
         """
         keys, values = kernel_view(keys), kernel_view(values)
         if not split or not self.splits(lengths, q.shape[1]):
-            if numba_threads >= 2 and q.shape[0] * q.shape[1] >= 2 and (
-                    int(lengths.sum()) * q.shape[1] >= MIN_NUMBA_SPLIT_KEYS):
+            if numba_threads >= 2 and self.numba_splits(lengths, q.shape[1]):
                 return _attend_two_threads(q, keys, values, slots, lengths, _balanced_cut(lengths, q.shape[1]))
             return _attend_one_thread(q, keys, values, slots, lengths)
         b, n_kv, group, dim = q.shape
@@ -122,6 +121,12 @@ class DecodeAttention:
     def splits(self, lengths: np.ndarray, n_kv: int) -> bool:
         """Whether a batch of these lengths is enough work to split in two (on a two-way ``parallel``)."""
         return self.parallel.threads > 1 and int(lengths.sum()) * n_kv >= self.min_split_keys
+
+    @staticmethod
+    def numba_splits(lengths: np.ndarray, n_kv: int) -> bool:
+        """Whether a batch of these lengths, not split on ``parallel``'s threads, is worth numba's two: two (sequence,
+        head) pairs at least and MIN_NUMBA_SPLIT_KEYS keys."""
+        return lengths.size * n_kv >= 2 and int(lengths.sum()) * n_kv >= MIN_NUMBA_SPLIT_KEYS
 
     def _split(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, slots: np.ndarray, lengths: np.ndarray,
                scores: np.ndarray, out: np.ndarray) -> None:

@@ -8,6 +8,7 @@ the shared slab attend together in compiled loops (engine/model/decode_attention
 
 from __future__ import annotations
 
+import threading
 from contextlib import nullcontext
 
 import numpy as np
@@ -233,11 +234,23 @@ class LlamaModel:
             self._attend_blocks(*args, blocks)
         else:
             with self.parallel.single_threaded_blas():
-                self.parallel.share_out(lambda b0: self._attend_blocks(*args, [b0]), blocks[::-1])
+                scratch: dict[int, np.ndarray] = {}  # one per thread, as one call over several blocks has
+
+                def block(b0: int) -> None:
+                    mine = scratch.get(threading.get_ident())
+                    if mine is None:
+                        mine = scratch[threading.get_ident()] = self._scratch(n, start)
+                    self._attend_blocks(*args, [b0], mine)
+                self.parallel.share_out(block, blocks[::-1])
         return out.reshape(kvh, n, g, d).transpose(1, 0, 2, 3).reshape(n, -1)
 
+    def _scratch(self, n: int, start: int) -> np.ndarray:
+        """Room for one query block's scores of n new queries after ``start`` cached positions."""
+        c = self.config
+        return np.empty(c.n_kv_heads * min(n, QUERY_BLOCK) * c.group_size * (start + n), dtype=F32)
+
     def _attend_blocks(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, out: np.ndarray,
-                       blocks: list[int]) -> None:
+                       blocks: list[int], scratch: np.ndarray | None = None) -> None:
         """The query blocks starting at ``blocks`` (row b0 of n new queries), into ``out`` [KVH, n * g, D].
 
         A block's scores take one scratch buffer, small enough to stay in cache between the passes over it; the
@@ -245,7 +258,7 @@ class LlamaModel:
         """
         g, kvh = self.config.group_size, self.config.n_kv_heads
         n = qg.shape[1] // g
-        scratch = np.empty(kvh * min(n, QUERY_BLOCK) * g * (start + n), dtype=F32)
+        scratch = self._scratch(n, start) if scratch is None else scratch
         for b0 in blocks:
             b1 = min(n, b0 + QUERY_BLOCK)
             total = start + b1
@@ -272,7 +285,9 @@ class LlamaModel:
         write_positions(kernel_view(slab.k[layer]), kernel_view(slab.v[layer]), slots, lengths - 1, k, v)
         qg = q.reshape(q.shape[0], c.n_kv_heads, c.group_size, c.head_dim) * self.scale  # [B, KVH, g, D]
         numba_threads = self.quant_threads if quantized and not split else 1
-        if numba_threads > 1 and not self.parallel.split_now():
+        # asked of the core share only where the attention would split: the share counts every split it allows
+        if numba_threads > 1 and not (self.decode_attention.numba_splits(lengths, c.n_kv_heads)
+                                      and self.parallel.split_now()):
             numba_threads = 1
         return self.decode_attention(qg, slab.k[layer], slab.v[layer], slots, lengths, split,
                                      numba_threads).reshape(q.shape[0], -1)

@@ -67,14 +67,15 @@ def test_a_16_bit_cache_of_the_synthetic_backend_still_names_kv_dtype():
 def test_a_forward_is_512_prompt_tokens_where_its_kv_leaves_and_the_whole_step_where_it_stays():
     """A prefill worker stores each forward's KV while the next computes; a decode (or colocated) worker keeps its
     prompts' KV, so it computes the step in one forward; the flag overrides either."""
-    from pdserve.worker.flags import forward_tokens
-    from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS
+    from pdserve.worker.forwards import DEFAULT_COMPUTE_CHUNK_TOKENS, forward_tokens
 
-    assert forward_tokens(config(role=SchedulerRole.PREFILL), 2048) == DEFAULT_COMPUTE_CHUNK_TOKENS == 512
-    assert forward_tokens(config(role=SchedulerRole.DECODE), 2048) == 2048
-    assert forward_tokens(config(role=SchedulerRole.BOTH), 4096) == 4096
-    assert forward_tokens(config("--compute-chunk-tokens", "256", role=SchedulerRole.DECODE), 2048) == 256
-    assert forward_tokens(config("--compute-chunk-tokens", "1024", role=SchedulerRole.PREFILL), 2048) == 1024
+    def forward(c: WorkerConfig, budget: int) -> int:
+        return forward_tokens(c.compute_chunk_tokens, c.scheduler_role, budget)
+    assert forward(config(role=SchedulerRole.PREFILL), 2048) == DEFAULT_COMPUTE_CHUNK_TOKENS == 512
+    assert forward(config(role=SchedulerRole.DECODE), 2048) == 2048
+    assert forward(config(role=SchedulerRole.BOTH), 4096) == 4096
+    assert forward(config("--compute-chunk-tokens", "256", role=SchedulerRole.DECODE), 2048) == 256
+    assert forward(config("--compute-chunk-tokens", "1024", role=SchedulerRole.PREFILL), 2048) == 1024
     worker = build_worker(config("--model", "synthetic", "--max-num-batched-tokens", "1024"))
     assert worker.compute_chunk_tokens == 1024
     with pytest.raises(ValueError, match="compute-chunk-tokens"):
