@@ -16,6 +16,11 @@ the disaggregated stack the KV hand-off is set against what it rides on: the kvs
 ``kv_store_wall_s``) against the prefill compute per request (the prefill workers' ``pdserve_step_wall_seconds`` for
 the run, divided by the requests), not against a TTFT that queueing dominates; and decode's fetch of the blocks
 (``kv_fetch_wall_s``, before the second token).
+
+Each mode's CPU seconds in the run are given by process, beside the in-process engine's (its own process, the load
+generator included): on a host whose cores the model keeps busy, what the stack spends beside the model's work (the KV
+hand-off's copies in three processes, RPCs, more and smaller decode steps) comes out of the model's time, and these
+lines say how much and where.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,16 +52,16 @@ def step_wall_seconds(stack, processes, phase: str) -> float:
     return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_sum", phase=phase) for p in processes)
 
 
-def stack_cpu_seconds(stack) -> float:
-    """CPU seconds every process of the stack has used so far: steadier than wall time on a shared machine."""
-    return sum(process_cpu_s(p.popen.pid) for p in stack.processes)
+def stack_cpu_seconds(stack) -> dict[str, float]:
+    """CPU seconds each process of the stack has used so far, by name: steadier than wall time on a shared machine."""
+    return {p.name: process_cpu_s(p.popen.pid) for p in stack.processes}
 
 
 def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec, kv_shm: bool = True,
                    extra: dict[str, list[str]] | None = None, insecure_internal: bool = False,
                    share_cores: bool = True):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run, CPU
-    seconds of the stack's processes in the run)."""
+    seconds of each of the stack's processes in the run)."""
     from pdserve.launcher.stack import Stack, StackSpec
 
     with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {},
@@ -67,7 +73,17 @@ def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec,
         after = step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack)
     if not before:
         return result, None, None
-    return result, after[0] - before[0][0], after[1] - before[0][1]
+    (prefill_before, cpu_before), (prefill_after, cpu_after) = before[0], after
+    return result, prefill_after - prefill_before, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
+
+
+def run_in_process(model: str | None, requests, spec: LoadSpec):
+    """The workload on the engine in this process, after the warm-up; returns (result, this process's CPU seconds in
+    the run, the load generator's included)."""
+    started: list[float] = []
+    result = run_workload(lambda: InProcessBackend(model, spec.max_concurrency or 64), requests, spec,
+                          on_start=lambda: started.append(time.process_time()))
+    return result, {"this process": time.process_time() - started[0]} if started else None
 
 
 def handoff(summary: dict, result, prefill_s: float | None) -> dict:
@@ -112,6 +128,7 @@ def format_comparison(workload: str, points: dict[str, dict]) -> str:
     for mode, p in points.items():
         if "handoff" in p:
             lines.extend(handoff_lines(mode, p["handoff"]))
+    lines.extend(cpu_lines(points))
     if "disaggregated" in points and "disaggregated_insecure" in points:
         lines.append(security_cost(points["disaggregated"]["summary"], points["disaggregated_insecure"]["summary"]))
     return "\n".join(lines)
@@ -128,6 +145,21 @@ def handoff_lines(mode: str, d: dict) -> list[str]:
                  f"exposed by the workers' metrics)")
     return [write, f"{mode}: decode's KV fetch before the second token: {d['mean_kv_fetch_ms']:.1f} ms mean, "
                    f"{d['p99_kv_fetch_ms']:.1f} ms p99"]
+
+
+def cpu_lines(points: dict[str, dict]) -> list[str]:
+    """Each mode's CPU seconds in the run by process, and against the in-process engine's for the same work."""
+    base = points.get("in_process", {}).get("summary", {}).get("cpu_s")
+    lines = []
+    for mode, p in points.items():
+        by_process = p["summary"].get("cpu_s_by_process")
+        if not by_process:
+            continue
+        cpu = sum(by_process.values())
+        ratio = f" = {cpu / base:.2f} x in-process's" if base and mode != "in_process" else ""
+        parts = " + ".join(f"{name} {s:.2f}" for name, s in sorted(by_process.items(), key=lambda kv: -kv[1]))
+        lines.append(f"{mode} CPU in the run: {cpu:.2f} s{ratio} ({parts})")
+    return lines
 
 
 def security_cost(secured: dict, insecure: dict) -> str:
@@ -147,7 +179,7 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
     (``llama_server``: the binary of that mode, or why there is none)."""
     prefill_s = cpu_s = None
     if mode == "in_process":
-        result = run_workload(lambda: InProcessBackend(a.model, spec.max_concurrency or 64), requests, spec)
+        result, cpu_s = run_in_process(a.model, requests, spec)
         backend_name = InProcessBackend.name
     elif mode == "llama_server":
         if not isinstance(llama_server, Path):
@@ -163,8 +195,11 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
                                                   share_cores=mode != "disaggregated_static")
         backend_name = f"pdserve-{mode}"
     summary = summarize(result, percentiles, slo)
-    if cpu_s is not None and summary.get("total_output_tokens"):
-        summary["stack_cpu_ms_per_token"] = cpu_s / summary["total_output_tokens"] * 1000
+    if cpu_s is not None:
+        summary["cpu_s_by_process"] = cpu_s
+        summary["cpu_s"] = sum(cpu_s.values())
+        if mode != "in_process" and summary.get("total_output_tokens"):
+            summary["stack_cpu_ms_per_token"] = summary["cpu_s"] / summary["total_output_tokens"] * 1000
     print(format_result(summary, f"{mode}", percentiles), flush=True)
     point = {"summary": summary, "result": result, "config": run_config(a, backend_name, served, spec,
                                                                          len(result.records))}
@@ -196,6 +231,14 @@ def format_rounds(rounds: list[dict[str, dict]]) -> str:
         if shares:
             lines.append(f"{mode} kvstore write per request: median {np.median(shares):.1f}% of prefill compute "
                          f"({min(shares):.1f}-{max(shares):.1f}%)")
+    for mode in modes:
+        cpu = [(p[mode]["summary"]["cpu_s"], p.get("in_process", {}).get("summary", {}).get("cpu_s"))
+               for p in rounds if p.get(mode, {}).get("summary", {}).get("cpu_s")]
+        ratios = [own / base for own, base in cpu if base]
+        if cpu and mode != "in_process":
+            against = (f" = {np.median(ratios):.2f} x in-process's ({min(ratios):.2f}-{max(ratios):.2f})" if ratios
+                       else "")
+            lines.append(f"{mode} CPU in the run: median {np.median([own for own, _ in cpu]):.2f} s{against}")
     return "\n".join(lines)
 
 

@@ -13,17 +13,18 @@ matrices, 32 rows): OpenBLAS's two threads 100 ms, the column halves 92 ms; with
 attention's two halves stop losing to the spin (the README's Benchmarks section has the step times).
 
 A worker that shares its host's cores with other workers (kernels/core_share.py) keeps BLAS on one thread and runs
-its second thread only while no other worker is in a forward pass. Its products go in column chunks of about
-CHUNK_FLOPS each rather than halves, taken in turn by both threads: the borrowed thread checks before each chunk and
-stops once the other worker starts a forward, so the core goes back within a chunk (a millisecond or so) instead of
-half a product (half of a 512-row feed-forward product is 0.9 GFLOP, several milliseconds on one core, a large part
-of a decode step), and the calling thread finishes the chunks left rather than waiting on a half that now shares a
-core with the other worker's step.
+its second thread only while no other worker is in a forward pass. The borrowed thread's half of each product goes in
+column chunks of about CHUNK_FLOPS, taken one by one: it checks before each chunk and stops once the other worker
+starts a forward, so the core goes back within a chunk (a millisecond or so) instead of half a product (half of a
+512-row feed-forward product is 0.9 GFLOP, several milliseconds on one core, a large part of a decode step), and the
+calling thread, once done with its own half in one call, finishes the chunks left rather than waiting on a half that
+now shares a core with the other worker's step.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,16 @@ from threadpoolctl import ThreadpoolController
 from pdserve.engine.model.kernels.core_share import CoreShare
 
 CHUNK_FLOPS = 150e6  # a column chunk's work when sharing the cores: about a millisecond on one core, wide enough for BLAS
-MAX_CHUNKS = 16
+MAX_CHUNKS = 16  # even, as every chunk count is (column_chunks)
+
+
+def column_chunks(flops: float) -> int:
+    """How many column chunks a shared-out product of ``flops`` goes in: about CHUNK_FLOPS each, at most MAX_CHUNKS,
+    and always an even count. Two threads taking equal chunks in turn finish together only if the count is even: an
+    odd count leaves one thread a chunk more, and with few chunks that is dear (3 chunks take 2/3 of the product's
+    one-thread time, not 1/2; SmolLM2's QKV product at 512 rows came to 3)."""
+    pairs = math.ceil(flops / (2 * CHUNK_FLOPS))
+    return int(min(MAX_CHUNKS, max(2, 2 * pairs)))
 
 
 class Parallel:
@@ -97,6 +107,11 @@ class Parallel:
             for item in items:
                 fn(item)
             return
+        self._take_together(fn, items)
+
+    def _take_together(self, fn: Callable, items: Sequence, first: object = None) -> None:
+        """fn(item) for every item, the pool's thread taking items in order until the other workers want their core
+        back, the calling thread too once it has run fn(first) (where given: work only it does)."""
         taken = itertools.count()  # next() on it is one step under the GIL: each index goes to one thread
 
         def take(borrowed: bool) -> None:
@@ -108,25 +123,34 @@ class Parallel:
 
         other = self._pool.submit(take, True)
         try:
+            if first is not None:
+                fn(first)
             take(False)
         finally:
             other.result()
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """a @ b by column ranges of b (strided views: no copy): halves, one per thread, or while sharing the host's
-        cores chunks of about CHUNK_FLOPS shared out. Run it with BLAS held to one thread (:meth:`single_threaded_blas`),
-        or each range would start BLAS's own threads as well."""
+        """a @ b by column ranges of b (strided views: no copy), one BLAS call per range. With cores of its own: halves,
+        one per thread. Sharing the host's cores: the calling thread, whose core is its own, takes the first half
+        whole; the second half goes in chunks of about CHUNK_FLOPS that the borrowed thread takes one by one (it
+        stops once another worker starts a forward) and the calling thread joins once its half is done. Each call
+        packs all of ``a`` again, so chunking only the borrowed half halves what chunks cost (about 5% of a
+        512-row prompt's forward when both halves went in chunks). Run it with BLAS held to one thread
+        (:meth:`single_threaded_blas`), or each range would start BLAS's own threads as well."""
         out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
         columns = b.shape[1]
 
         def product(span: tuple[int, int]) -> None:
             np.matmul(a, b[:, span[0]:span[1]], out=out[:, span[0]:span[1]])
+        half = columns // 2
         if self._share is None:
-            self.both(product, ((0, columns // 2),), ((columns // 2, columns),))
-            return out
-        chunks = int(min(MAX_CHUNKS, max(2, 2 * a.shape[0] * b.shape[0] * columns // CHUNK_FLOPS)))
-        bounds = [columns * i // chunks for i in range(chunks + 1)]
-        self.share_out(product, list(zip(bounds[:-1], bounds[1:])))
+            self.both(product, ((0, half),), ((half, columns),))
+        elif not self.split_now():
+            product((0, columns))
+        else:
+            chunks = column_chunks(2 * a.shape[0] * b.shape[0] * columns) // 2
+            bounds = [half + (columns - half) * i // chunks for i in range(chunks + 1)]
+            self._take_together(product, list(zip(bounds[:-1], bounds[1:])), first=(0, half))
         return out
 
     @contextmanager

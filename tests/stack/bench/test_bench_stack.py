@@ -81,6 +81,9 @@ def test_compare_prints_one_table_with_the_kv_handoff(tiny_model_path, tmp_path)
     assert "% of prefill compute" in out.stdout and "decode's KV fetch" in out.stdout
     cost = next(line for line in out.stdout.splitlines() if line.startswith("secured / insecure internal plane:"))
     assert "out tok/s" in cost and "stack CPU per output token" in cost
+    # the CPU of the run by process: the stack's four beside the in-process engine's
+    cpu = next(line for line in out.stdout.splitlines() if line.startswith("disaggregated CPU in the run:"))
+    assert "x in-process's" in cpu and all(name in cpu for name in ("prefill-0", "decode-0", "kvstore-0", "router"))
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["disaggregated"]["stack_cpu_ms_per_token"] > 0 and data["disaggregated_insecure"]["completed"] == 6
     assert data["in_process"]["completed"] == 6 and data["disaggregated"]["completed"] == 6

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pdserve.engine.model.kernels.core_share import CORE_SHARE_ENV, CoreShare, create_core_share
-from pdserve.engine.model.kernels.parallel import Parallel
+from pdserve.engine.model.kernels.parallel import CHUNK_FLOPS, MAX_CHUNKS, Parallel, column_chunks
 
 
 @pytest.fixture
@@ -193,3 +193,24 @@ def test_a_product_in_chunks_on_a_shared_core_is_the_product(pair):
     with parallel.single_threaded_blas():
         got = parallel.matmul(a, b)
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_product_goes_in_an_even_number_of_chunks():
+    """Two threads taking equal chunks in turn finish together only with an even count: 3 chunks would leave one
+    thread two of them (2/3 of the product's time instead of 1/2), as SmolLM2's QKV product at 512 rows had."""
+    qkv_512_rows = 2 * 512 * 576 * 960
+    assert column_chunks(qkv_512_rows) == 4
+    for flops in (1, CHUNK_FLOPS, 2.9 * CHUNK_FLOPS, 5.5 * CHUNK_FLOPS, 1e15):
+        chunks = column_chunks(flops)
+        assert chunks % 2 == 0 and 2 <= chunks <= MAX_CHUNKS
+
+
+def test_a_product_with_the_other_worker_busy_runs_on_the_own_core_alone(pair):
+    prefill, decode = pair
+    parallel = Parallel(2, share=prefill)
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal((96, 301)).astype(np.float32)
+    with decode.working(), parallel.single_threaded_blas():
+        got = parallel.matmul(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    assert (parallel.lent, parallel.own) == (0, 1)
