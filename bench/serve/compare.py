@@ -52,6 +52,12 @@ def step_wall_seconds(stack, processes, phase: str) -> float:
     return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_sum", phase=phase) for p in processes)
 
 
+def decode_steps(stack, processes) -> float:
+    """The workers' steps so far that decoded (decode steps, and mixed steps of prompt chunks and decodes)."""
+    return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_count", phase=phase)
+               for p in processes for phase in ("decode", "mixed"))
+
+
 def stack_cpu_seconds(stack) -> dict[str, float]:
     """CPU seconds each process of the stack has used so far, by name: steadier than wall time on a shared machine."""
     return {p.name: process_cpu_s(p.popen.pid) for p in stack.processes}
@@ -61,20 +67,24 @@ def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec,
                    extra: dict[str, list[str]] | None = None, insecure_internal: bool = False,
                    share_cores: bool = True):
     """Start the stack, run the workload after the warm-up, return (result, prefill step seconds of the run, CPU
-    seconds of each of the stack's processes in the run)."""
+    seconds of each of the stack's processes in the run, decode steps in the run)."""
     from pdserve.launcher.stack import Stack, StackSpec
 
     with Stack(StackSpec(model=model, colocated=colocated, metrics=True, kv_shm=kv_shm, extra=extra or {},
                          insecure_internal=insecure_internal, share_cores=share_cores)) as stack:
         workers = stack.decodes if colocated else stack.prefills
-        before: list[tuple[float, float]] = []
-        result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(
-            (step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack))))
-        after = step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack)
+
+        def sample() -> tuple[float, dict[str, float], float]:
+            return (step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack),
+                    decode_steps(stack, stack.decodes))
+        before: list[tuple[float, dict[str, float], float]] = []
+        result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(sample()))
+        after = sample()
     if not before:
-        return result, None, None
-    (prefill_before, cpu_before), (prefill_after, cpu_after) = before[0], after
-    return result, prefill_after - prefill_before, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
+        return result, None, None, None
+    (prefill_before, cpu_before, steps_before), (prefill_after, cpu_after, steps_after) = before[0], after
+    return (result, prefill_after - prefill_before, {name: cpu_after[name] - cpu_before[name] for name in cpu_after},
+            steps_after - steps_before)
 
 
 def run_in_process(model: str | None, requests, spec: LoadSpec):
@@ -158,7 +168,10 @@ def cpu_lines(points: dict[str, dict]) -> list[str]:
         cpu = sum(by_process.values())
         ratio = f" = {cpu / base:.2f} x in-process's" if base and mode != "in_process" else ""
         parts = " + ".join(f"{name} {s:.2f}" for name, s in sorted(by_process.items(), key=lambda kv: -kv[1]))
-        lines.append(f"{mode} CPU in the run: {cpu:.2f} s{ratio} ({parts})")
+        steps = p["summary"].get("decode_steps")
+        decoded = p["summary"].get("total_output_tokens", 0) - p["summary"].get("completed", 0)  # (firsts: prefill's)
+        per_step = f"; decode steps {steps:.0f}, {decoded / steps:.1f} tokens a step" if steps else ""
+        lines.append(f"{mode} CPU in the run: {cpu:.2f} s{ratio} ({parts}){per_step}")
     return lines
 
 
@@ -177,7 +190,7 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
              slo: dict[str, float], served: ServedModel, llama_server: Path | str | None = None) -> dict | None:
     """One mode's run of the workload: its summary, result and configuration; None when the mode is skipped
     (``llama_server``: the binary of that mode, or why there is none)."""
-    prefill_s = cpu_s = None
+    prefill_s = cpu_s = steps = None
     if mode == "in_process":
         result, cpu_s = run_in_process(a.model, requests, spec)
         backend_name = InProcessBackend.name
@@ -190,14 +203,16 @@ def run_mode(a: argparse.Namespace, mode: str, requests, spec: LoadSpec, percent
     else:
         extra = {"prefill": shlex.split(a.prefill_flags), "decode": shlex.split(a.decode_flags)}
         kv_shm = a.kv_shm and mode != "disaggregated_socket"
-        result, prefill_s, cpu_s = run_stack_mode(a.model, mode == "colocated", requests, spec, kv_shm, extra,
-                                                  insecure_internal=mode == "disaggregated_insecure",
-                                                  share_cores=mode != "disaggregated_static")
+        result, prefill_s, cpu_s, steps = run_stack_mode(
+            a.model, mode == "colocated", requests, spec, kv_shm, extra,
+            insecure_internal=mode == "disaggregated_insecure", share_cores=mode != "disaggregated_static")
         backend_name = f"pdserve-{mode}"
     summary = summarize(result, percentiles, slo)
     if cpu_s is not None:
         summary["cpu_s_by_process"] = cpu_s
         summary["cpu_s"] = sum(cpu_s.values())
+        if steps is not None:
+            summary["decode_steps"] = steps
         if mode != "in_process" and summary.get("total_output_tokens"):
             summary["stack_cpu_ms_per_token"] = summary["cpu_s"] / summary["total_output_tokens"] * 1000
     print(format_result(summary, f"{mode}", percentiles), flush=True)

@@ -34,7 +34,9 @@ def test_cpu_is_set_against_the_in_process_engine_within_each_round():
     # ratios 1.20, 1.10, 1.10 -> 1.10, where the median seconds (12) over in-process's (10) would say 1.20
     line = next(ln for ln in format_rounds(rounds).splitlines() if ln.startswith("disaggregated CPU"))
     assert line == "disaggregated CPU in the run: median 12.00 s = 1.10 x in-process's (1.10-1.20)"
-    # one round's lines: by process, the largest first
+    # one round's lines: by process, the largest first; a stack's decode steps against the tokens they decoded
+    rounds[0]["disaggregated"]["summary"].update(decode_steps=20, total_output_tokens=64, completed=32)
     assert cpu_lines(rounds[0]) == [
         "in_process CPU in the run: 10.00 s (engine 10.00)",
-        "disaggregated CPU in the run: 12.00 s = 1.20 x in-process's (prefill 9.00 + kvstore 2.00 + decode 1.00)"]
+        "disaggregated CPU in the run: 12.00 s = 1.20 x in-process's (prefill 9.00 + kvstore 2.00 + decode 1.00); "
+        "decode steps 20, 1.6 tokens a step"]
