@@ -169,7 +169,8 @@ def cpu_lines(points: dict[str, dict]) -> list[str]:
         ratio = f" = {cpu / base:.2f} x in-process's" if base and mode != "in_process" else ""
         parts = " + ".join(f"{name} {s:.2f}" for name, s in sorted(by_process.items(), key=lambda kv: -kv[1]))
         steps = p["summary"].get("decode_steps")
-        decoded = p["summary"].get("total_output_tokens", 0) - p["summary"].get("completed", 0)  # (firsts: prefill's)
+        # every token but each request's first, which prefill samples (a colocated worker's may come in a mixed step)
+        decoded = p["summary"].get("total_output_tokens", 0) - p["summary"].get("completed", 0)
         per_step = f"; decode steps {steps:.0f}, {decoded / steps:.1f} tokens a step" if steps else ""
         lines.append(f"{mode} CPU in the run: {cpu:.2f} s{ratio} ({parts}){per_step}")
     return lines

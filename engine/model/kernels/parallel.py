@@ -26,8 +26,9 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import numpy as np  # (loads BLAS, whose thread count sets the default split)
@@ -36,16 +37,13 @@ from threadpoolctl import ThreadpoolController
 from pdserve.engine.model.kernels.core_share import CoreShare
 
 CHUNK_FLOPS = 150e6  # a column chunk's work when sharing the cores: about a millisecond on one core, wide enough for BLAS
-MAX_CHUNKS = 16  # even, as every chunk count is (column_chunks)
+MAX_BORROWED_CHUNKS = 8  # the most chunks the borrowed half of one product goes in
 
 
-def column_chunks(flops: float) -> int:
-    """How many column chunks a shared-out product of ``flops`` goes in: about CHUNK_FLOPS each, at most MAX_CHUNKS,
-    and always an even count. Two threads taking equal chunks in turn finish together only if the count is even: an
-    odd count leaves one thread a chunk more, and with few chunks that is dear (3 chunks take 2/3 of the product's
-    one-thread time, not 1/2; SmolLM2's QKV product at 512 rows came to 3)."""
-    pairs = math.ceil(flops / (2 * CHUNK_FLOPS))
-    return int(min(MAX_CHUNKS, max(2, 2 * pairs)))
+def borrowed_chunks(flops: float) -> int:
+    """How many column chunks the borrowed half of a shared-out product of ``flops`` goes in: about CHUNK_FLOPS
+    each, at least one, at most MAX_BORROWED_CHUNKS."""
+    return int(min(MAX_BORROWED_CHUNKS, max(1, math.ceil(flops / 2 / CHUNK_FLOPS))))
 
 
 class Parallel:
@@ -109,13 +107,15 @@ class Parallel:
             return
         self._take_together(fn, items)
 
-    def _take_together(self, fn: Callable, items: Sequence, first: object = None) -> None:
+    def _take_together(self, fn: Callable, items: Sequence, first: tuple[int, int] | None = None) -> None:
         """fn(item) for every item, the pool's thread taking items in order until the other workers want their core
-        back, the calling thread too once it has run fn(first) (where given: work only it does)."""
+        back, the calling thread too once it has run fn(first) (where given: work only it does). If the calling
+        thread fails, the pool's thread takes no further item, and the calling thread's error is the one raised."""
         taken = itertools.count()  # next() on it is one step under the GIL: each index goes to one thread
+        failed = threading.Event()
 
         def take(borrowed: bool) -> None:
-            while not (borrowed and self._share is not None and self._share.others_busy()):
+            while not (failed.is_set() or borrowed and self._share is not None and self._share.others_busy()):
                 i = next(taken)
                 if i >= len(items):
                     return
@@ -126,17 +126,19 @@ class Parallel:
             if first is not None:
                 fn(first)
             take(False)
-        finally:
-            other.result()
+        except BaseException:
+            failed.set()
+            wait([other])
+            raise
+        other.result()
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a @ b by column ranges of b (strided views: no copy), one BLAS call per range. With cores of its own: halves,
         one per thread. Sharing the host's cores: the calling thread, whose core is its own, takes the first half
         whole; the second half goes in chunks of about CHUNK_FLOPS that the borrowed thread takes one by one (it
         stops once another worker starts a forward) and the calling thread joins once its half is done. Each call
-        packs all of ``a`` again, so chunking only the borrowed half halves what chunks cost (about 5% of a
-        512-row prompt's forward when both halves went in chunks). Run it with BLAS held to one thread
-        (:meth:`single_threaded_blas`), or each range would start BLAS's own threads as well."""
+        packs all of ``a`` again, so chunking only the borrowed half halves what chunks cost. Run it with BLAS held
+        to one thread (:meth:`single_threaded_blas`), or each range would start BLAS's own threads as well."""
         out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
         columns = b.shape[1]
 
@@ -148,7 +150,7 @@ class Parallel:
         elif not self.split_now():
             product((0, columns))
         else:
-            chunks = column_chunks(2 * a.shape[0] * b.shape[0] * columns) // 2
+            chunks = borrowed_chunks(2 * a.shape[0] * b.shape[0] * columns)
             bounds = [half + (columns - half) * i // chunks for i in range(chunks + 1)]
             self._take_together(product, list(zip(bounds[:-1], bounds[1:])), first=(0, half))
         return out

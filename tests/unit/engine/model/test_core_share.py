@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from pdserve.engine.model.kernels import parallel as parallel_module
 from pdserve.engine.model.kernels.core_share import CORE_SHARE_ENV, CoreShare, create_core_share
-from pdserve.engine.model.kernels.parallel import CHUNK_FLOPS, MAX_CHUNKS, Parallel, column_chunks
+from pdserve.engine.model.kernels.parallel import CHUNK_FLOPS, MAX_BORROWED_CHUNKS, Parallel, borrowed_chunks
 
 
 @pytest.fixture
@@ -196,11 +197,53 @@ def test_a_product_in_chunks_on_a_shared_core_is_the_product(pair):
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_a_product_goes_in_an_even_number_of_chunks():
-    """Two threads taking equal chunks in turn finish together only with an even count: 3 chunks would leave one
-    thread two of them (2/3 of the product's time instead of 1/2), as SmolLM2's QKV product at 512 rows had."""
-    qkv_512_rows = 2 * 512 * 576 * 960
-    assert column_chunks(qkv_512_rows) == 4
-    for flops in (1, CHUNK_FLOPS, 2.9 * CHUNK_FLOPS, 5.5 * CHUNK_FLOPS, 1e15):
-        chunks = column_chunks(flops)
-        assert chunks % 2 == 0 and 2 <= chunks <= MAX_CHUNKS
+def test_the_calling_thread_takes_its_half_in_one_call_and_the_borrowed_half_goes_in_chunks(pair, monkeypatch):
+    """Each BLAS call packs the whole input again: only the borrowed half is cut into chunks (of about CHUNK_FLOPS, so
+    that the borrowed core can go back between two of them)."""
+    prefill, _ = pair
+    parallel = Parallel(2, share=prefill)
+    calls: list[tuple[int, int]] = []
+
+    class RecordingNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        def matmul(self, a, b, out=None):
+            calls.append((threading.get_ident(), b.shape[1]))
+            return np.matmul(a, b, out=out)
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((512, 576)).astype(np.float32), rng.standard_normal((576, 3072)).astype(np.float32)
+    monkeypatch.setattr(parallel_module, "np", RecordingNumpy())
+    with parallel.single_threaded_blas():
+        got = parallel.matmul(a, b)
+    monkeypatch.undo()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+    chunks = borrowed_chunks(2 * 512 * 576 * 3072)
+    assert chunks == 7  # 0.9 GFLOP in chunks of at most CHUNK_FLOPS
+    assert (threading.get_ident(), 1536) in calls and len(calls) == 1 + chunks
+    assert sum(width for _, width in calls) == 3072
+    for flops in (1, CHUNK_FLOPS, 1e15):
+        assert 1 <= borrowed_chunks(flops) <= MAX_BORROWED_CHUNKS
+
+
+def test_when_the_calling_thread_fails_the_borrowed_thread_stops_and_the_callers_error_is_raised(pair):
+    prefill, _ = pair
+    parallel = Parallel(2, share=prefill)
+    caller = threading.get_ident()
+    borrowed_ran: list[int] = []
+    started = threading.Event()
+    work = np.ones((256, 256), dtype=np.float32)
+
+    def item(i):
+        if i == "mine":
+            started.wait(timeout=5)  # the borrowed thread is under way
+            raise ValueError("the caller's product failed")
+        assert threading.get_ident() != caller
+        borrowed_ran.append(i)
+        started.set()
+        work @ work  # about a millisecond, the GIL released
+        if i == 150:
+            raise RuntimeError("a later failure of the borrowed thread")
+    with pytest.raises(ValueError, match="caller's"):
+        parallel._take_together(item, list(range(200)), first="mine")
+    assert len(borrowed_ran) < 150  # it took no further item once the caller had failed
