@@ -47,15 +47,18 @@ MODES = ("in_process", "disaggregated", "disaggregated_static", "disaggregated_s
          "colocated", "llama_server")
 
 
-def step_wall_seconds(stack, processes, phase: str) -> float:
-    """Summed wall seconds of the workers' steps of one phase so far."""
-    return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_sum", phase=phase) for p in processes)
-
-
-def decode_steps(stack, processes) -> float:
-    """The workers' steps so far that decoded (decode steps, and mixed steps of prompt chunks and decodes)."""
-    return sum(total(stack.scrape(p), "pdserve_step_wall_seconds_count", phase=phase)
-               for p in processes for phase in ("decode", "mixed"))
+def worker_counters(stack, prefilling, decoding) -> tuple[float, float]:
+    """(summed wall seconds of the ``prefilling`` workers' prefill steps, the ``decoding`` workers' steps that decoded:
+    decode steps, and mixed steps of prompt chunks and decodes) so far; each worker's metrics read once, also a
+    colocated worker that is in both."""
+    pages = {}
+    for p in [*prefilling, *decoding]:
+        if p.name not in pages:
+            pages[p.name] = stack.scrape(p)
+    prefill_s = sum(total(pages[p.name], "pdserve_step_wall_seconds_sum", phase="prefill") for p in prefilling)
+    steps = sum(total(pages[p.name], "pdserve_step_wall_seconds_count", phase=phase)
+                for p in decoding for phase in ("decode", "mixed"))
+    return prefill_s, steps
 
 
 def stack_cpu_seconds(stack) -> dict[str, float]:
@@ -75,8 +78,8 @@ def run_stack_mode(model: str | None, colocated: bool, requests, spec: LoadSpec,
         workers = stack.decodes if colocated else stack.prefills
 
         def sample() -> tuple[float, dict[str, float], float]:
-            return (step_wall_seconds(stack, workers, "prefill"), stack_cpu_seconds(stack),
-                    decode_steps(stack, stack.decodes))
+            prefill_s, steps = worker_counters(stack, workers, stack.decodes)
+            return prefill_s, stack_cpu_seconds(stack), steps
         before: list[tuple[float, dict[str, float], float]] = []
         result = run_grpc(stack.router_target, requests, spec, on_start=lambda: before.append(sample()))
         after = sample()
@@ -165,7 +168,7 @@ def cpu_lines(points: dict[str, dict]) -> list[str]:
         by_process = p["summary"].get("cpu_s_by_process")
         if not by_process:
             continue
-        cpu = sum(by_process.values())
+        cpu = p["summary"]["cpu_s"]
         ratio = f" = {cpu / base:.2f} x in-process's" if base and mode != "in_process" else ""
         parts = " + ".join(f"{name} {s:.2f}" for name, s in sorted(by_process.items(), key=lambda kv: -kv[1]))
         steps = p["summary"].get("decode_steps")
